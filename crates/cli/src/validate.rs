@@ -1,0 +1,186 @@
+//! `capgate validate`: strict decode and validation of descriptors, every problem reported.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use capgate_spec::{Options, Profile, load};
+use serde::Serialize;
+
+use crate::{exit, kitref};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Descriptor files or kit directories.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Judge the published form (as found in an image annotation) instead of the authored one.
+    #[arg(long)]
+    published: bool,
+}
+
+/// One problem, as `--json` reports it.
+#[derive(Debug, Serialize)]
+struct Problem {
+    file: String,
+    severity: &'static str,
+    path: String,
+    line: Option<u32>,
+    column: Option<u32>,
+    message: String,
+}
+
+#[derive(Debug, Serialize)]
+struct FileReport {
+    file: String,
+    valid: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capabilities: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    valid: bool,
+    files: Vec<FileReport>,
+    problems: Vec<Problem>,
+}
+
+pub fn run(args: &Args) -> Result<u8> {
+    let opts = Options {
+        profile: if args.published {
+            Profile::Published
+        } else {
+            Profile::Authored
+        },
+        ..Options::default()
+    };
+    let mut report = Report {
+        valid: true,
+        files: Vec::new(),
+        problems: Vec::new(),
+    };
+    for reference in &args.paths {
+        let file = match kitref::descriptor_path(reference) {
+            Ok(f) => f,
+            Err(e) => {
+                report.valid = false;
+                let name = reference.display().to_string();
+                report.problems.push(Problem {
+                    file: name.clone(),
+                    severity: "error",
+                    path: String::new(),
+                    line: None,
+                    column: None,
+                    message: format!("{e:#}"),
+                });
+                report.files.push(FileReport {
+                    file: name,
+                    valid: false,
+                    kind: None,
+                    capabilities: None,
+                });
+                continue;
+            }
+        };
+        let name = file.display().to_string();
+        let loaded = match std::fs::read(&file) {
+            Ok(bytes) => load(&bytes, &opts),
+            Err(e) => {
+                report.valid = false;
+                report.problems.push(Problem {
+                    file: name.clone(),
+                    severity: "error",
+                    path: String::new(),
+                    line: None,
+                    column: None,
+                    message: format!("cannot read the file: {e}"),
+                });
+                report.files.push(FileReport {
+                    file: name,
+                    valid: false,
+                    kind: None,
+                    capabilities: None,
+                });
+                continue;
+            }
+        };
+        let valid = loaded.is_valid();
+        report.valid &= valid;
+        for d in loaded.diagnostics.iter() {
+            report.problems.push(Problem {
+                file: name.clone(),
+                severity: if d.is_error() { "error" } else { "warning" },
+                path: d.path.to_string(),
+                line: d.pos.is_known().then_some(d.pos.line),
+                column: d.pos.is_known().then_some(d.pos.column),
+                message: d.message.clone(),
+            });
+        }
+        report.files.push(FileReport {
+            file: name,
+            valid,
+            kind: loaded.descriptor.as_ref().map(|d| d.kind.to_string()),
+            capabilities: loaded
+                .descriptor
+                .as_ref()
+                .map(capgate_spec::Descriptor::capability_types),
+        });
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        for p in &report.problems {
+            let at = match (p.line, p.column) {
+                (Some(l), Some(c)) => format!("{}:{l}:{c}", p.file),
+                _ => p.file.clone(),
+            };
+            let severity = if p.severity == "warning" {
+                "warning: "
+            } else {
+                ""
+            };
+            let path = if p.path.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", p.path)
+            };
+            writeln!(out, "{at}: {severity}{path}{}", p.message)?;
+        }
+        for f in &report.files {
+            if f.valid {
+                let kind = f.kind.as_deref().unwrap_or("kit");
+                let caps = f
+                    .capabilities
+                    .as_deref()
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or("no capabilities");
+                writeln!(out, "{}: valid {kind} ({caps})", f.file)?;
+            }
+        }
+        let bad = report.files.iter().filter(|f| !f.valid).count();
+        let errors = report
+            .problems
+            .iter()
+            .filter(|p| p.severity == "error")
+            .count();
+        if bad > 0 {
+            writeln!(
+                out,
+                "{bad} of {} files invalid, {errors} errors",
+                report.files.len()
+            )?;
+        }
+    }
+    Ok(if report.valid {
+        exit::OK
+    } else {
+        exit::INVALID
+    })
+}
