@@ -1,5 +1,6 @@
 //! `capgate validate`: strict decode and validation of descriptors, every problem reported.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -20,6 +21,21 @@ pub struct Args {
     /// Judge the published form (as found in an image annotation) instead of the authored one.
     #[arg(long)]
     published: bool,
+    /// Also judge the effective form: create-phase args expanded (defaults, or the values
+    /// given with `--arg`), then every rule applied strictly.
+    #[arg(long)]
+    effective: bool,
+    /// A create-phase arg value for the effective form (repeatable; implies `--effective`).
+    /// A value goes only to kits that declare that arg.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    args: Vec<(String, String)>,
+}
+
+fn parse_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}` is not NAME=VALUE")),
+    }
 }
 
 /// One problem, as `--json` reports it.
@@ -48,6 +64,55 @@ struct Report {
     valid: bool,
     files: Vec<FileReport>,
     problems: Vec<Problem>,
+}
+
+/// Judges the effective form of a valid authored kit; returns whether it is valid.
+fn effective_problems(
+    loaded: &capgate_spec::Loaded,
+    args: &Args,
+    file: &str,
+    problems: &mut Vec<Problem>,
+) -> bool {
+    let Some(descriptor) = &loaded.descriptor else {
+        return false;
+    };
+    if descriptor.kind == capgate_spec::Kind::Set {
+        return true; // a set is merged at publish; it has no effective form of its own
+    }
+    let supplied: BTreeMap<String, String> = args
+        .args
+        .iter()
+        .filter(|(k, _)| descriptor.arg(k).is_some())
+        .cloned()
+        .collect();
+    let problem = |path: String, line: Option<u32>, column: Option<u32>, message: String| Problem {
+        file: file.to_owned(),
+        severity: "error",
+        path,
+        line,
+        column,
+        message: format!("(effective) {message}"),
+    };
+    // Declarations mode: groups are selected later, at composition.
+    match capgate_spec::args::effective(loaded, &supplied, &BTreeMap::new(), true) {
+        Ok(e) => {
+            for d in e.diagnostics.errors() {
+                problems.push(problem(
+                    d.path.to_string(),
+                    d.pos.is_known().then_some(d.pos.line),
+                    d.pos.is_known().then_some(d.pos.column),
+                    d.message.clone(),
+                ));
+            }
+            e.is_valid()
+        }
+        Err(errors) => {
+            for err in errors {
+                problems.push(problem(String::new(), None, None, err.to_string()));
+            }
+            false
+        }
+    }
 }
 
 pub fn run(args: &Args) -> Result<u8> {
@@ -109,7 +174,10 @@ pub fn run(args: &Args) -> Result<u8> {
                 continue;
             }
         };
-        let valid = loaded.is_valid();
+        let mut valid = loaded.is_valid();
+        if valid && (args.effective || !args.args.is_empty()) {
+            valid &= effective_problems(&loaded, args, &name, &mut report.problems);
+        }
         report.valid &= valid;
         for d in loaded.diagnostics.iter() {
             report.problems.push(Problem {

@@ -414,6 +414,45 @@ fn expand_config_env(
     }
 }
 
+/// The create-time pipeline for one kit (spec §3, "Create"): resolve the supplied arg
+/// values, expand create-phase references, expand `kit.env` references against the kit's
+/// own `env:` exports overridden by `env_overrides`, and judge the result strictly as an
+/// effective descriptor. Build-phase args of an unpublished (authored) kit take their
+/// defaults. Arg problems are errors; validation problems are in the returned
+/// [`Loaded`]'s diagnostics.
+pub fn effective(
+    loaded: &crate::Loaded,
+    supplied: &BTreeMap<String, String>,
+    env_overrides: &BTreeMap<String, String>,
+    declarations_only: bool,
+) -> Result<crate::Loaded, Vec<ArgError>> {
+    let (Some(descriptor), Some(root)) = (&loaded.descriptor, &loaded.root) else {
+        return Err(Vec::new());
+    };
+    let mut values = resolve_args(&descriptor.args, supplied)?;
+    // A kit read from its authored source was never published: its build-phase args take
+    // their defaults, as a build with no `--build-arg` would give them.
+    for a in descriptor.args.iter().filter(|a| a.is_build_phase()) {
+        if let Some(default) = &a.default {
+            values.insert(a.name.clone(), default.clone());
+        }
+    }
+    let expanded = expand_create_args(root, &values, &[])?;
+    let mut env: BTreeMap<String, String> = descriptor
+        .args
+        .iter()
+        .filter_map(|a| Some((a.env.clone()?, values.get(&a.name)?.clone())))
+        .collect();
+    env.extend(env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let expanded = expand_env(&expanded, &env)?;
+    let opts = crate::Options {
+        profile: crate::Profile::Effective,
+        declarations_only,
+        ..crate::Options::default()
+    };
+    Ok(crate::load_tree(&expanded, &opts))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

@@ -58,6 +58,36 @@ fn config_schema(t: KnownType, generator: &mut SchemaGenerator) -> Option<Value>
     })
 }
 
+/// A `${{ kit.args.* }}` / `${{ kit.env.* }}` reference, which may stand where a typed
+/// value belongs until create-time expansion (spec §1.7).
+const REFERENCE_PATTERN: &str = r"\$\{\{\s*kit\.(args|env)\.[A-Za-z_][A-Za-z0-9_]*\s*\}\}";
+
+/// Lets a reference stand in for every number and boolean of the typed configs: such an
+/// entry is judged after expansion.
+fn admit_references(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let typed = match map.get("type") {
+                Some(Value::String(t)) => matches!(t.as_str(), "integer" | "number" | "boolean"),
+                _ => false,
+            };
+            if typed {
+                let original = Value::Object(std::mem::take(map));
+                map.insert(
+                    "anyOf".into(),
+                    json!([original, {"type": "string", "pattern": REFERENCE_PATTERN}]),
+                );
+                return;
+            }
+            for child in map.values_mut() {
+                admit_references(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(admit_references),
+        _ => {}
+    }
+}
+
 /// The descriptor schema as a JSON value.
 pub fn descriptor_schema() -> Value {
     let mut generator = SchemaSettings::draft2020_12().into_generator();
@@ -70,6 +100,7 @@ pub fn descriptor_schema() -> Value {
         };
         rules.push(json!({"if": when, "then": then}));
     }
+    rules.iter_mut().for_each(admit_references);
     let source = json!({
         "type": "object",
         "additionalProperties": false,
@@ -142,6 +173,8 @@ pub fn descriptor_schema() -> Value {
     });
     let strings = json!({"type": "array", "items": {"type": "string"}});
     let mut defs: Map<String, Value> = generator.take_definitions(true);
+    defs.values_mut().for_each(admit_references);
+
     defs.insert("Source".into(), source);
     defs.insert("Capability".into(), entry);
     defs.insert("GroupMember".into(), member);

@@ -1,0 +1,190 @@
+//! `capgate validate` and `capgate schema`, driven through the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn capgate(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn example_dirs() -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("examples/kits"))
+        .unwrap()
+        .map(|e| format!("examples/kits/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn the_bundled_examples_are_valid() {
+    let dirs = example_dirs();
+    assert!(dirs.len() >= 8);
+    let args: Vec<&str> = std::iter::once("validate")
+        .chain(dirs.iter().map(String::as_str))
+        .collect();
+    let out = capgate(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(
+        stdout(&out)
+            .lines()
+            .filter(|l| l.contains(": valid "))
+            .count(),
+        dirs.len()
+    );
+}
+
+#[test]
+fn problems_print_as_file_line_col_path_message_and_exit_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = write(
+        tmp.path(),
+        "bad.yaml",
+        "schemaVersion: \"3\"\nkind: mixin\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {container: 99999}\n  - type: com.docker.sandbox/volume@1\n    config: {path: /a, sizee: 1g}\n",
+    );
+    let out = capgate(&["validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let f = bad.display();
+    assert!(text.contains(&format!("{f}:5:25: capabilities[0].config.container: container port 99999 is out of range (1 to 65535)\n")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{f}:7:24: capabilities[1].config.sizee: unknown field `sizee`\n"
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("1 of 1 files invalid, 2 errors\n"), "{text}");
+}
+
+#[test]
+fn json_report_lists_file_path_line_column_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = write(tmp.path(), "k.yaml", "schemaVersion: \"2\"\nkind: mixin\n");
+    let good = Path::new(ROOT).join("examples/kits/gh");
+    let out = capgate(&[
+        "validate",
+        "--json",
+        bad.to_str().unwrap(),
+        good.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1);
+    let p = &problems[0];
+    assert_eq!(p["file"], bad.to_str().unwrap());
+    assert_eq!(p["path"], "schemaVersion");
+    assert_eq!(p["line"], 1);
+    assert_eq!(p["column"], 16);
+    assert_eq!(p["severity"], "error");
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap()
+            .contains("unsupported schemaVersion")
+    );
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files[1]["valid"], true);
+    assert_eq!(files[1]["kind"], "mixin");
+}
+
+#[test]
+fn kit_directories_are_found_by_their_conventions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let body = "schemaVersion: \"3\"\nkind: mixin\n";
+    write(tmp.path(), "a/kit.yaml", body);
+    write(tmp.path(), "b/tool.yaml", body);
+    write(tmp.path(), "b/tool.dockerfile", "FROM scratch\n");
+    write(tmp.path(), "b/other.yaml", "not: a kit\n");
+    write(tmp.path(), "c/c.yaml", body);
+    write(tmp.path(), "d/readme.txt", "nothing here\n");
+    let dir = |n: &str| tmp.path().join(n).to_str().unwrap().to_owned();
+    let out = capgate(&["validate", &dir("a"), &dir("b"), &dir("c")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("b/tool.yaml: valid mixin"));
+    let out = capgate(&["validate", &dir("d")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("holds no kit descriptor"),
+        "{}",
+        stdout(&out)
+    );
+    let out = capgate(&["validate", &dir("missing")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("cannot read"), "{}", stdout(&out));
+}
+
+#[test]
+fn usage_errors_exit_1_and_help_explains() {
+    let out = capgate(&["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = capgate(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = capgate(&["validate", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("kit.yaml"));
+}
+
+#[test]
+fn the_committed_schema_matches_the_types() {
+    let out = capgate(&["schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let committed =
+        std::fs::read_to_string(Path::new(ROOT).join("schema/kit.schema.json")).unwrap();
+    assert!(
+        stdout(&out) == committed,
+        "schema/kit.schema.json is stale: run `cargo run -p capgate -- schema > schema/kit.schema.json`"
+    );
+}
+
+#[test]
+fn effective_form_is_judged_with_the_given_args() {
+    let out = capgate(&["validate", "examples/kits/builder", "--effective"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = capgate(&[
+        "validate",
+        "examples/kits/builder",
+        "--arg",
+        "buildkitPort=99999",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains(
+            "capabilities[3].config.container: (effective) container port 99999 is out of range"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let out = capgate(&[
+        "validate",
+        "examples/kits/builder",
+        "--arg",
+        "buildkitPort=http",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("does not match its pattern"),
+        "{}",
+        stdout(&out)
+    );
+}
