@@ -13,7 +13,7 @@ use crate::caps::{Capability, KnownType};
 use crate::node::Node;
 
 /// What a kit is (spec §1.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// The root filesystem and image config; exactly one per composition.

@@ -152,6 +152,12 @@ impl Reader<'_> {
         self.opts.profile
     }
 
+    /// Declarations mode skips the checks that depend on selection. A published descriptor
+    /// is always judged in it (spec §1.11 `ValidatePublished`).
+    fn declarations_only(&self) -> bool {
+        self.opts.declarations_only || self.opts.profile == Profile::Published
+    }
+
     fn descriptor(&mut self, cx: &mut Cx<'_>, root: &Node) -> Option<Descriptor> {
         let top = Path::root();
         let mut f = cx.fields(root, &top)?;
@@ -229,7 +235,6 @@ impl Reader<'_> {
             dockerfile.as_deref(),
             dockerfile_node,
             kits_node,
-            kits.as_deref(),
         );
         if let Some(kind) = kind {
             self.check_blocks(cx, &capabilities, kind);
@@ -242,6 +247,7 @@ impl Reader<'_> {
                 version.as_deref(),
                 &provides,
                 kits.as_deref(),
+                &capabilities,
             );
         }
 
@@ -304,9 +310,16 @@ impl Reader<'_> {
     fn icon_url(&self, cx: &mut Cx<'_>, n: &Node, p: &Path) -> Option<String> {
         let s = cx.string(n, p)?;
         if !s.is_empty() {
-            let ok = url::Url::parse(s).ok().is_some_and(|u| {
-                u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty())
-            });
+            // The authority as written must name a host: the URL parser would turn
+            // `https:///x` or `https:x` into `https://x/`.
+            let authority = s
+                .strip_prefix("https://")
+                .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
+                .map(|a| a.rsplit('@').next().unwrap_or_default());
+            let ok = authority.is_some_and(|a| !a.is_empty() && !a.starts_with(':'))
+                && url::Url::parse(s).ok().is_some_and(|u| {
+                    u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty())
+                });
             if !ok {
                 cx.error(
                     p,
@@ -553,7 +566,6 @@ impl Reader<'_> {
         dockerfile: Option<&str>,
         dockerfile_node: Option<&Node>,
         kits_node: Option<&Node>,
-        kits: Option<&[KitEntry]>,
     ) {
         let top = Path::root();
         if build.is_some() && dockerfile.is_some() {
@@ -589,16 +601,19 @@ impl Reader<'_> {
             }
         }
         let kits_pos = kits_node.map_or(root.pos, |n| n.pos);
-        match (kind, kits) {
+        // Judge emptiness on the list as written: an entry with problems of its own still
+        // counts as listed (and a value that is not a list was reported already).
+        let listed = kits_node.map(|n| n.as_seq().map_or(1, <[Node]>::len));
+        match (kind, listed) {
             (Some(Kind::Set), None) => cx.error(
                 &top.key("kits"),
                 root.pos,
                 "a set lists no kits; `kits` is required",
             ),
-            (Some(Kind::Set), Some([])) => {
+            (Some(Kind::Set), Some(0)) => {
                 cx.error(&top.key("kits"), kits_pos, "a set lists no kits")
             }
-            (Some(_), Some([])) => cx.error(
+            (Some(_), Some(0)) => cx.error(
                 &top.key("kits"),
                 kits_pos,
                 "kits is present but empty; omit it",
@@ -1033,7 +1048,7 @@ impl Reader<'_> {
                         cx.error(
                             p,
                             pos,
-                            format!("`{}` is already declared at {first}", e.type_name),
+                            format!("`{}` already declared at {first}", e.type_name),
                         );
                         continue;
                     }
@@ -1055,7 +1070,7 @@ impl Reader<'_> {
             if let Some(t) = e.known {
                 for BlockKey { key, what } in caps::block_keys(t, e.config.as_ref()) {
                     if let Some(first) = keys.get(&key) {
-                        cx.error(p, pos, format!("{what} is already declared at {first}"));
+                        cx.error(p, pos, format!("{what} already declared at {first}"));
                     } else {
                         keys.insert(key, p);
                     }
@@ -1095,7 +1110,7 @@ impl Reader<'_> {
         for (p, e, c) in &here {
             match c {
                 Capability::Credential(cred)
-                    if !self.opts.declarations_only && !policy_parameterized =>
+                    if !self.declarations_only() && !policy_parameterized =>
                 {
                     if let Some(config) = &e.config {
                         caps::credential::check_inject_within_allow(
@@ -1154,8 +1169,33 @@ impl Reader<'_> {
         version: Option<&str>,
         provides: &[String],
         kits: Option<&[KitEntry]>,
+        capabilities: &[Item],
     ) {
         let top = Path::root();
+        for (i, item) in capabilities.iter().enumerate() {
+            let at = top.key("capabilities").index(i);
+            let members: Vec<(Path, &Entry)> = match item {
+                Item::Entry(e) => vec![(at, e)],
+                Item::Group(g) => g
+                    .capabilities
+                    .iter()
+                    .enumerate()
+                    .map(|(j, e)| (at.key("group").key("capabilities").index(j), e))
+                    .collect(),
+            };
+            for (p, e) in members {
+                let path = e.config.as_ref().and_then(|c| c.get("path"));
+                if let (Some(KnownType::AgentSkill), Some(n)) = (e.known, path)
+                    && n.as_str().is_some_and(refs::has_any_ref)
+                {
+                    cx.error(
+                        &p.key("config").key("path"),
+                        n.pos,
+                        "a published agent-skill path must be literal: it names content in the image",
+                    );
+                }
+            }
+        }
         if kind == Some(Kind::Set) {
             cx.error(
                 &top.key("kind"),
@@ -1261,9 +1301,15 @@ impl Reader<'_> {
         // YAML comment must name a declared arg too.
         if let Some(raw) = raw {
             let text = String::from_utf8_lossy(raw);
+            let in_tree = |name: &str| {
+                found
+                    .iter()
+                    .any(|(_, _, k, n)| *k == RefKind::Arg && n == name)
+            };
             for r in refs::find(&text) {
+                let effective_leftover = self.profile() == Profile::Effective && !in_tree(r.name);
                 if r.kind == RefKind::Arg
-                    && !declared(r.name)
+                    && (!declared(r.name) || effective_leftover)
                     && !reported.iter().any(|n| n == r.name)
                 {
                     let before = &text[..r.start];
@@ -1273,12 +1319,23 @@ impl Reader<'_> {
                         line: u32::try_from(line).unwrap_or(u32::MAX),
                         column: u32::try_from(column).unwrap_or(u32::MAX),
                     };
-                    cx.error(&top, pos, format!("references arg `{}` (in a comment), but the kit declares no arg \"{}\"", r.name, r.name));
+                    let message = if declared(r.name) {
+                        format!(
+                            "effective descriptor still references kit args (`{}`, in a comment)",
+                            r.name
+                        )
+                    } else {
+                        format!(
+                            "references arg `{}` (in a comment), but the kit declares no arg \"{}\"",
+                            r.name, r.name
+                        )
+                    };
+                    cx.error(&top, pos, message);
                     reported.push(r.name.to_owned());
                 }
             }
         }
-        if self.profile() == Profile::Effective && !self.opts.declarations_only {
+        if self.profile() == Profile::Effective && !self.declarations_only() {
             for (i, item) in d.capabilities.iter().enumerate() {
                 if matches!(item, Item::Group(_)) {
                     cx.error(&top.key("capabilities").index(i), Pos::UNKNOWN, "effective descriptor still holds a group: select groups before composition");

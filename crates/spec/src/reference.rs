@@ -24,6 +24,10 @@ pub fn parse_image_ref(s: &str) -> Option<ImageRef<'_>> {
     if s.is_empty() || s.len() > 512 {
         return None;
     }
+    // Docker refuses a bare 64-hex name: it would read as an image ID.
+    if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
     let (rest, digest) = match s.rsplit_once('@') {
         Some((r, d)) => {
             let (alg, hex) = d.split_once(':')?;

@@ -2,7 +2,12 @@
 //! specification (an external corpus no one here wrote) and capgate's own examples. Their
 //! published JSON form must read back to an equal descriptor, and their effective form
 //! (create-phase args at their defaults) must pass the strict checks.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -61,14 +61,17 @@ struct Header {
 }
 
 /// The fixture files of a directory, sorted by name.
-fn fixture_files(dir: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {dir}: {e}"))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+fn fixture_files(dir: &str) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {dir}: {e}"))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| format!("cannot list {dir}: {e}"))?.path();
+        if path.extension().is_some_and(|x| x == "yaml") {
+            files.push(path);
+        }
+    }
     files.sort();
-    files
+    Ok(files)
 }
 
 fn file_name(path: &Path) -> String {
@@ -250,7 +253,13 @@ fn check_valid(path: &Path) -> Vec<String> {
 }
 
 fn run(dir: &str, min: usize, check: fn(&Path) -> Vec<String>, report: &mut String) -> usize {
-    let files = fixture_files(dir);
+    let files = match fixture_files(dir) {
+        Ok(files) => files,
+        Err(e) => {
+            let _ = writeln!(report, "{e}");
+            return 0;
+        }
+    };
     if files.len() < min {
         let _ = writeln!(
             report,
@@ -258,17 +267,16 @@ fn run(dir: &str, min: usize, check: fn(&Path) -> Vec<String>, report: &mut Stri
             files.len()
         );
     }
-    let mut numbers: Vec<&str> = Vec::new();
+    let mut numbers: Vec<String> = Vec::new();
     for path in &files {
         let name = file_name(path);
         let mut problems = check(path);
         if !well_named(&name) {
             problems.insert(0, "file name is not `NNN-slug.yaml`".to_owned());
-        } else if numbers.contains(&&name[..3]) {
+        } else if numbers.iter().any(|n| n == &name[..3]) {
             problems.insert(0, format!("number {} is used twice", &name[..3]));
-        }
-        if name.len() >= 3 {
-            numbers.push(&name[..3]);
+        } else {
+            numbers.push(name[..3].to_owned());
         }
         if !problems.is_empty() {
             let _ = writeln!(report, "{name}:");

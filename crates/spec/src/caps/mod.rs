@@ -241,6 +241,66 @@ pub enum Capability {
     Acp(agent::Acp),
 }
 
+impl Capability {
+    /// The type this capability is. A network policy answers with the version it was
+    /// written in.
+    pub fn known_type(&self) -> KnownType {
+        match self {
+            Capability::NetworkPolicy(np) => match np.version {
+                network::PolicyVersion::V1 => KnownType::NetworkPolicyV1,
+                network::PolicyVersion::V2 => KnownType::NetworkPolicyV2,
+            },
+            Capability::Credential(_) => KnownType::Credential,
+            Capability::SshAgent(_) => KnownType::SshAgent,
+            Capability::Volume(_) => KnownType::Volume,
+            Capability::HostMount(_) => KnownType::HostMount,
+            Capability::Port(_) => KnownType::Port,
+            Capability::UsbDevice(_) => KnownType::UsbDevice,
+            Capability::Resources(_) => KnownType::Resources,
+            Capability::Privileged => KnownType::Privileged,
+            Capability::LongRunning => KnownType::LongRunning,
+            Capability::Lifecycle(_) => KnownType::Lifecycle,
+            Capability::AgentContext(_) => KnownType::AgentContext,
+            Capability::AgentSessions(_) => KnownType::AgentSessions,
+            Capability::AgentInteractiveSessions(_) => KnownType::AgentInteractiveSessions,
+            Capability::AgentSkills(_) => KnownType::AgentSkills,
+            Capability::AgentSkill(_) => KnownType::AgentSkill,
+            Capability::GitIdentity => KnownType::GitIdentity,
+            Capability::KitRegistry => KnownType::KitRegistry,
+            Capability::Sbx => KnownType::Sbx,
+            Capability::Acp(_) => KnownType::Acp,
+        }
+    }
+
+    /// The config in its written form (what `config:` would hold), or `None` for the
+    /// config-less types. Used to write merged descriptors back out.
+    pub fn config_json(&self) -> Result<Option<serde_json::Value>, serde_json::Error> {
+        let v = match self {
+            Capability::NetworkPolicy(c) => serde_json::to_value(c)?,
+            Capability::Credential(c) => serde_json::to_value(c)?,
+            Capability::SshAgent(c) => serde_json::to_value(c)?,
+            Capability::Volume(c) => serde_json::to_value(c)?,
+            Capability::HostMount(c) => serde_json::to_value(c)?,
+            Capability::Port(c) => serde_json::to_value(c)?,
+            Capability::UsbDevice(c) => serde_json::to_value(c)?,
+            Capability::Resources(c) => serde_json::to_value(c)?,
+            Capability::Lifecycle(c) => serde_json::to_value(c)?,
+            Capability::AgentContext(c) => serde_json::to_value(c)?,
+            Capability::AgentSessions(c) => serde_json::to_value(c)?,
+            Capability::AgentInteractiveSessions(c) => serde_json::to_value(c)?,
+            Capability::AgentSkills(c) => serde_json::to_value(c)?,
+            Capability::AgentSkill(c) => serde_json::to_value(c)?,
+            Capability::Acp(c) => serde_json::to_value(c)?,
+            Capability::Privileged
+            | Capability::LongRunning
+            | Capability::GitIdentity
+            | Capability::KitRegistry
+            | Capability::Sbx => return Ok(None),
+        };
+        Ok(Some(v))
+    }
+}
+
 /// Something a declaration block may hold only once, with the words for the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockKey {

@@ -1,0 +1,367 @@
+//! The permission surface (spec §5.2): a normalized inventory of everything the host must
+//! grant, computed from a descriptor's declarations. The widening gate (spec §5.3) compares
+//! two of these.
+
+use capgate_spec::canonical;
+use capgate_spec::caps::agent::SkillsMode;
+use capgate_spec::caps::network::{HostEntry, NetworkPolicy};
+use capgate_spec::caps::{Capability, KnownType, Phase};
+use capgate_spec::node::Node;
+use capgate_spec::{Descriptor, Entry};
+use serde::{Deserialize, Serialize};
+
+/// The normalized grant set of one descriptor (spec §5.2). Every list is de-duplicated and
+/// sorted by byte order; empty lists and `false` are omitted, so an empty surface is `{}`.
+/// Field order is the serialization order and is part of the contract.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Surface {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_install_allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_install_deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_runtime_allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_runtime_deny: Vec<String>,
+    #[serde(
+        default,
+        rename = "networkInstallHTTPAllow",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub network_install_http_allow: Vec<String>,
+    #[serde(
+        default,
+        rename = "networkInstallHTTPDeny",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub network_install_http_deny: Vec<String>,
+    #[serde(
+        default,
+        rename = "networkRuntimeHTTPAllow",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub network_runtime_http_allow: Vec<String>,
+    #[serde(
+        default,
+        rename = "networkRuntimeHTTPDeny",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub network_runtime_http_deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials_install: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials_runtime: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_agent: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills_write_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usb: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_mount_paths: Vec<String>,
+}
+
+/// The surface of a descriptor's declarations: ordinary entries and every group member (a
+/// conservative inventory: an unselected group still counts). For enforcement, pass the
+/// selected and merged entries to [`surface_of_entries`] instead.
+pub fn surface_of(descriptor: &Descriptor) -> Surface {
+    surface_of_entries(descriptor.declared_entries().into_iter().map(|(_, e)| e))
+}
+
+/// The surface of a list of entries (for example a merged or selected composition).
+pub fn surface_of_entries<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Surface {
+    let mut surface = Surface::default();
+    for entry in entries {
+        surface.add(entry);
+    }
+    surface.normalize();
+    surface
+}
+
+impl Surface {
+    /// Sorts every list by byte order and removes duplicates.
+    pub fn normalize(&mut self) {
+        for list in self.lists_mut() {
+            list.sort_unstable();
+            list.dedup();
+        }
+    }
+
+    /// Whether the surface grants nothing (it serializes as `{}`).
+    pub fn is_empty(&self) -> bool {
+        !self.privileged && self.lists().iter().all(|l| l.is_empty())
+    }
+
+    fn lists(&self) -> [&Vec<String>; 18] {
+        [
+            &self.network_install_allow,
+            &self.network_install_deny,
+            &self.network_runtime_allow,
+            &self.network_runtime_deny,
+            &self.network_install_http_allow,
+            &self.network_install_http_deny,
+            &self.network_runtime_http_allow,
+            &self.network_runtime_http_deny,
+            &self.credentials_install,
+            &self.credentials_runtime,
+            &self.ssh_agent,
+            &self.storage_paths,
+            &self.skills_paths,
+            &self.skills_write_paths,
+            &self.ports,
+            &self.usb,
+            &self.services,
+            &self.host_mount_paths,
+        ]
+    }
+
+    fn lists_mut(&mut self) -> [&mut Vec<String>; 18] {
+        [
+            &mut self.network_install_allow,
+            &mut self.network_install_deny,
+            &mut self.network_runtime_allow,
+            &mut self.network_runtime_deny,
+            &mut self.network_install_http_allow,
+            &mut self.network_install_http_deny,
+            &mut self.network_runtime_http_allow,
+            &mut self.network_runtime_http_deny,
+            &mut self.credentials_install,
+            &mut self.credentials_runtime,
+            &mut self.ssh_agent,
+            &mut self.storage_paths,
+            &mut self.skills_paths,
+            &mut self.skills_write_paths,
+            &mut self.ports,
+            &mut self.usb,
+            &mut self.services,
+            &mut self.host_mount_paths,
+        ]
+    }
+
+    /// Adds one entry's contribution (unnormalized).
+    fn add(&mut self, entry: &Entry) {
+        if entry.known.is_some_and(contributes_nothing) {
+            return;
+        }
+        match &entry.capability {
+            Some(Capability::NetworkPolicy(policy)) => self.add_network(policy),
+            Some(Capability::Credential(c)) => {
+                for phase in &c.phases {
+                    let list = match phase {
+                        Phase::Install => &mut self.credentials_install,
+                        Phase::Runtime => &mut self.credentials_runtime,
+                    };
+                    list.push(c.service.clone());
+                }
+            }
+            Some(Capability::SshAgent(a)) => {
+                for phase in &a.phases {
+                    if a.unrestricted {
+                        self.ssh_agent.push(phase.as_str().to_owned());
+                        continue;
+                    }
+                    for ns in &a.sign {
+                        self.ssh_agent.push(format!("{phase} sign {ns}"));
+                    }
+                    for dest in &a.authenticate {
+                        self.ssh_agent.push(format!("{phase} authenticate {dest}"));
+                    }
+                }
+            }
+            Some(Capability::Volume(v)) => self.storage_paths.push(v.path.clone()),
+            Some(Capability::HostMount(m)) => self.host_mount_paths.push(m.path.clone()),
+            Some(Capability::Port(p)) => self.ports.push(p.key()),
+            Some(Capability::UsbDevice(u)) => self.usb.push(match u.class.as_deref() {
+                Some(class) if !class.is_empty() => format!("class:{class}"),
+                _ => format!(
+                    "{}:{}",
+                    u.vendor_id.as_deref().unwrap_or_default(),
+                    u.product_id.as_deref().unwrap_or_default()
+                ),
+            }),
+            Some(Capability::AgentSkills(s)) => {
+                self.skills_paths.push(s.path.clone());
+                if s.effective_mode() == SkillsMode::Readwrite {
+                    self.skills_write_paths.push(s.path.clone());
+                }
+            }
+            // privileged@1 takes no config, so nothing about it can fail to decode.
+            _ if entry.known == Some(KnownType::Privileged) => self.privileged = true,
+            // Unknown types, git-identity@1, kit-registry@1, and any well-known entry whose
+            // config did not decode (or is still parameterized).
+            _ => self.services.push(service_entry(entry)),
+        }
+    }
+
+    fn add_network(&mut self, policy: &NetworkPolicy) {
+        for phase in Phase::ALL {
+            let Some(rules) = policy.phase(phase) else {
+                continue;
+            };
+            let (allow, deny, http_allow, http_deny) = match phase {
+                Phase::Install => (
+                    &mut self.network_install_allow,
+                    &mut self.network_install_deny,
+                    &mut self.network_install_http_allow,
+                    &mut self.network_install_http_deny,
+                ),
+                Phase::Runtime => (
+                    &mut self.network_runtime_allow,
+                    &mut self.network_runtime_deny,
+                    &mut self.network_runtime_http_allow,
+                    &mut self.network_runtime_http_deny,
+                ),
+            };
+            project_entries(&rules.allow, allow, http_allow);
+            project_entries(&rules.deny, deny, http_deny);
+        }
+    }
+}
+
+/// Host lists take the hosts of unbounded entries; HTTP lists take one atomic grant
+/// `"<METHOD> <host><path>"` per host × method × path of every entry, bounded or not.
+fn project_entries(entries: &[HostEntry], hosts: &mut Vec<String>, http: &mut Vec<String>) {
+    for entry in entries {
+        if !entry.is_bounded() {
+            hosts.extend(entry.hosts.iter().cloned());
+        }
+        let methods = entry.methods_or_any();
+        let paths = entry.paths_or_all();
+        for host in &entry.hosts {
+            for method in &methods {
+                for path in &paths {
+                    http.push(format!("{} {host}{path}", method.as_str()));
+                }
+            }
+        }
+    }
+}
+
+/// Types that grant nothing the gate tracks (spec §5.2).
+fn contributes_nothing(t: KnownType) -> bool {
+    matches!(
+        t,
+        KnownType::Resources
+            | KnownType::LongRunning
+            | KnownType::AgentSkill
+            | KnownType::AgentSessions
+            | KnownType::AgentInteractiveSessions
+            | KnownType::Lifecycle
+            | KnownType::AgentContext
+            | KnownType::Sbx
+            | KnownType::Acp
+    )
+}
+
+/// The `services` entry of an "other" request: the type alone when the config is absent,
+/// null or an empty mapping, else `type+<first 12 hex of sha256(canonical JSON)>`.
+fn service_entry(entry: &Entry) -> String {
+    let ty = &entry.type_name;
+    match entry.config.as_ref().filter(|c| !is_empty_config(c)) {
+        None => ty.clone(),
+        Some(config) => match canonical::short_digest(config) {
+            Some(digest) => format!("{ty}+{digest}"),
+            None => format!("{ty}+unencodable-config"),
+        },
+    }
+}
+
+fn is_empty_config(config: &Node) -> bool {
+    config.is_null() || config.as_map().is_some_and(<[_]>::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        reason = "tests"
+    )]
+
+    use super::*;
+
+    #[test]
+    fn empty_surface_serializes_as_empty_object() {
+        let s = Surface::default();
+        assert!(s.is_empty());
+        assert_eq!(serde_json::to_string(&s).unwrap(), "{}");
+    }
+
+    #[test]
+    fn privileged_alone_is_not_empty() {
+        let s = Surface {
+            privileged: true,
+            ..Surface::default()
+        };
+        assert!(!s.is_empty());
+        assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"privileged":true}"#);
+    }
+
+    #[test]
+    fn normalize_sorts_by_bytes_and_dedups() {
+        let mut s = Surface {
+            storage_paths: vec!["/b".into(), "/a".into(), "/b".into(), "/B".into()],
+            host_mount_paths: vec!["/z".into(), "/z".into()],
+            ..Surface::default()
+        };
+        s.normalize();
+        assert_eq!(s.storage_paths, ["/B", "/a", "/b"]);
+        assert_eq!(s.host_mount_paths, ["/z"]);
+    }
+
+    #[test]
+    fn field_order_is_the_contract() {
+        let s = Surface {
+            network_install_allow: vec!["a".into()],
+            network_runtime_http_deny: vec!["ANY d/**".into()],
+            privileged: true,
+            services: vec!["x/y@1".into()],
+            host_mount_paths: vec!["/h".into()],
+            ..Surface::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"networkInstallAllow":["a"],"networkRuntimeHTTPDeny":["ANY d/**"],"privileged":true,"services":["x/y@1"],"hostMountPaths":["/h"]}"#
+        );
+        let back: Surface = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn projection_collapses_any_and_defaults_paths() {
+        let entries = [
+            HostEntry::host("plain.example.com"),
+            HostEntry {
+                hosts: vec!["a.example.com".into(), "b.example.com".into()],
+                methods: Some(vec![
+                    capgate_spec::caps::network::Method::Get,
+                    capgate_spec::caps::network::Method::Any,
+                ]),
+                paths: None,
+            },
+        ];
+        let (mut hosts, mut http) = (Vec::new(), Vec::new());
+        project_entries(&entries, &mut hosts, &mut http);
+        assert_eq!(hosts, ["plain.example.com"]);
+        assert_eq!(
+            http,
+            [
+                "ANY plain.example.com/**",
+                "ANY a.example.com/**",
+                "ANY b.example.com/**"
+            ]
+        );
+    }
+}

@@ -1,0 +1,689 @@
+//! Widenings (spec §5.3): what a candidate surface grants beyond a granted one.
+//!
+//! Movement that stays within the granted surface may apply silently; every widening must
+//! stop for approval. Narrowing is never reported. Host, method and path coverage follows
+//! spec §4.5: exact strings, `*`/`**` cover every host, a port-less grant covers every port,
+//! `ANY` covers every method, and a path pattern covers only what its `/**` prefix names.
+//! Anything else (for example what `*.example.com` matches) is not decided here, so it
+//! fails safe by prompting.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::surface::Surface;
+
+/// The kind of a widening. The order of the variants is the order of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    NetworkInstallAllow,
+    NetworkRuntimeAllow,
+    NetworkInstallDenyRemoved,
+    NetworkRuntimeDenyRemoved,
+    NetworkInstallHttpAllow,
+    NetworkRuntimeHttpAllow,
+    NetworkInstallHttpDenyRemoved,
+    NetworkRuntimeHttpDenyRemoved,
+    CredentialsInstall,
+    CredentialsRuntime,
+    SshAgent,
+    Storage,
+    HostMount,
+    Skills,
+    SkillsWrite,
+    Ports,
+    Usb,
+    Privileged,
+    Services,
+}
+
+impl Category {
+    /// Every category, in report order.
+    pub const ALL: [Category; 19] = [
+        Category::NetworkInstallAllow,
+        Category::NetworkRuntimeAllow,
+        Category::NetworkInstallDenyRemoved,
+        Category::NetworkRuntimeDenyRemoved,
+        Category::NetworkInstallHttpAllow,
+        Category::NetworkRuntimeHttpAllow,
+        Category::NetworkInstallHttpDenyRemoved,
+        Category::NetworkRuntimeHttpDenyRemoved,
+        Category::CredentialsInstall,
+        Category::CredentialsRuntime,
+        Category::SshAgent,
+        Category::Storage,
+        Category::HostMount,
+        Category::Skills,
+        Category::SkillsWrite,
+        Category::Ports,
+        Category::Usb,
+        Category::Privileged,
+        Category::Services,
+    ];
+
+    /// The stable name, e.g. `network.runtime.http.deny-removed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::NetworkInstallAllow => "network.install.allow",
+            Category::NetworkRuntimeAllow => "network.runtime.allow",
+            Category::NetworkInstallDenyRemoved => "network.install.deny-removed",
+            Category::NetworkRuntimeDenyRemoved => "network.runtime.deny-removed",
+            Category::NetworkInstallHttpAllow => "network.install.http.allow",
+            Category::NetworkRuntimeHttpAllow => "network.runtime.http.allow",
+            Category::NetworkInstallHttpDenyRemoved => "network.install.http.deny-removed",
+            Category::NetworkRuntimeHttpDenyRemoved => "network.runtime.http.deny-removed",
+            Category::CredentialsInstall => "credentials.install",
+            Category::CredentialsRuntime => "credentials.runtime",
+            Category::SshAgent => "ssh-agent",
+            Category::Storage => "storage",
+            Category::HostMount => "host-mount",
+            Category::Skills => "skills",
+            Category::SkillsWrite => "skills.write",
+            Category::Ports => "ports",
+            Category::Usb => "usb",
+            Category::Privileged => "privileged",
+            Category::Services => "services",
+        }
+    }
+
+    /// The category named `s`, if any.
+    pub fn parse(s: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Category {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Category {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        Category::parse(&s)
+            .ok_or_else(|| D::Error::custom(format!("`{s}` is not a widening category")))
+    }
+}
+
+/// One way a candidate widens a granted surface.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Widening {
+    pub category: Category,
+    /// What is newly granted (or the refusal no longer stated), as it appears on the surface.
+    pub detail: String,
+}
+
+impl fmt::Display for Widening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.category, self.detail)
+    }
+}
+
+/// Every widening of `candidate` over `granted`, in the spec's category order; within a
+/// category, in the order of the list the detail comes from.
+pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
+    let (g, c) = (granted, candidate);
+    let mut out = Vec::new();
+    let mut report = |category: Category, details: Vec<String>| {
+        out.extend(
+            details
+                .into_iter()
+                .map(|detail| Widening { category, detail }),
+        );
+    };
+
+    report(
+        Category::NetworkInstallAllow,
+        missing_from(&g.network_install_allow, &c.network_install_allow),
+    );
+    report(
+        Category::NetworkRuntimeAllow,
+        missing_from(&g.network_runtime_allow, &c.network_runtime_allow),
+    );
+    report(
+        Category::NetworkInstallDenyRemoved,
+        missing_from(&c.network_install_deny, &g.network_install_deny),
+    );
+    report(
+        Category::NetworkRuntimeDenyRemoved,
+        missing_from(&c.network_runtime_deny, &g.network_runtime_deny),
+    );
+    report(
+        Category::NetworkInstallHttpAllow,
+        http_widenings(
+            &g.network_install_allow,
+            &c.network_install_allow,
+            &complete_http_grants(&g.network_install_allow, &g.network_install_http_allow),
+            &c.network_install_http_allow,
+        ),
+    );
+    report(
+        Category::NetworkRuntimeHttpAllow,
+        http_widenings(
+            &g.network_runtime_allow,
+            &c.network_runtime_allow,
+            &complete_http_grants(&g.network_runtime_allow, &g.network_runtime_http_allow),
+            &c.network_runtime_http_allow,
+        ),
+    );
+    report(
+        Category::NetworkInstallHttpDenyRemoved,
+        http_deny_removals(
+            &g.network_install_deny,
+            &c.network_install_deny,
+            &g.network_install_http_deny,
+            &c.network_install_http_deny,
+        ),
+    );
+    report(
+        Category::NetworkRuntimeHttpDenyRemoved,
+        http_deny_removals(
+            &g.network_runtime_deny,
+            &c.network_runtime_deny,
+            &g.network_runtime_http_deny,
+            &c.network_runtime_http_deny,
+        ),
+    );
+    report(
+        Category::CredentialsInstall,
+        missing_from(&g.credentials_install, &c.credentials_install),
+    );
+    report(
+        Category::CredentialsRuntime,
+        missing_from(&g.credentials_runtime, &c.credentials_runtime),
+    );
+    report(
+        Category::SshAgent,
+        ssh_agent_widenings(&g.ssh_agent, &c.ssh_agent),
+    );
+    report(
+        Category::Storage,
+        missing_from(&g.storage_paths, &c.storage_paths),
+    );
+    report(
+        Category::HostMount,
+        missing_from(&g.host_mount_paths, &c.host_mount_paths),
+    );
+    report(
+        Category::Skills,
+        missing_from(&g.skills_paths, &c.skills_paths),
+    );
+    report(
+        Category::SkillsWrite,
+        missing_from(&g.skills_write_paths, &c.skills_write_paths),
+    );
+    report(Category::Ports, missing_from(&g.ports, &c.ports));
+    report(Category::Usb, missing_from(&g.usb, &c.usb));
+    if c.privileged && !g.privileged {
+        report(
+            Category::Privileged,
+            vec!["requests privileged execution".to_owned()],
+        );
+    }
+    report(Category::Services, missing_from(&g.services, &c.services));
+    out
+}
+
+/// The entries of `candidate` not in `granted` (exact strings), in candidate order.
+fn missing_from(granted: &[String], candidate: &[String]) -> Vec<String> {
+    let granted: BTreeSet<&str> = granted.iter().map(String::as_str).collect();
+    candidate
+        .iter()
+        .filter(|c| !granted.contains(c.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// An atomic HTTP grant `"<METHOD> <host><path>"`, split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HttpGrant<'a> {
+    method: &'a str,
+    host: &'a str,
+    path: &'a str,
+}
+
+impl<'a> HttpGrant<'a> {
+    /// Method = text before the first space; host = the rest up to its first `/`; path =
+    /// from that slash on (`/` alone when there is none).
+    fn parse(s: &'a str) -> HttpGrant<'a> {
+        let (method, rest) = s.split_once(' ').unwrap_or((s, ""));
+        let (host, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        HttpGrant { method, host, path }
+    }
+
+    /// Whether this grant (or refusal) covers `other`: host, method and path all covered.
+    fn covers(&self, other: &HttpGrant<'_>) -> bool {
+        host_covers(self.host, other.host)
+            && (self.method == other.method || self.method == ANY)
+            && path_pattern_covers(self.path, other.path)
+    }
+}
+
+const ANY: &str = "ANY";
+
+/// Whether granted host `g` covers candidate host `c`: `*` and `**` cover every host;
+/// otherwise the names (before the first `:`) must be equal and a port-less grant covers
+/// every port while `host:port` covers only that port. Globs are never expanded.
+fn host_covers(g: &str, c: &str) -> bool {
+    if g == "*" || g == "**" {
+        return true;
+    }
+    let (g_name, g_port) = split_port(g);
+    let (c_name, c_port) = split_port(c);
+    g_name == c_name && (g_port.is_none() || g_port == c_port)
+}
+
+/// `host:port` → (`host`, `Some(port)`), split at the first `:`.
+fn split_port(host: &str) -> (&str, Option<&str>) {
+    match host.split_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    }
+}
+
+fn host_name(host: &str) -> &str {
+    split_port(host).0
+}
+
+/// Whether path pattern `g` covers candidate path (or pattern) `c`: equal, or `g` is
+/// `<prefix>/**` and `c` starts with `<prefix>/` or is `<prefix>` itself.
+fn path_pattern_covers(g: &str, c: &str) -> bool {
+    if g == c {
+        return true;
+    }
+    match g.strip_suffix("**") {
+        Some(prefix) if prefix.ends_with('/') => {
+            c.starts_with(prefix) || prefix.strip_suffix('/') == Some(c)
+        }
+        _ => false,
+    }
+}
+
+/// For locks that recorded only host lists: every granted host whose name (port stripped)
+/// has no HTTP grant at all gets the implicit `ANY <host>/**` an unbounded host implies.
+fn complete_http_grants(hosts: &[String], grants: &[String]) -> Vec<String> {
+    let named: BTreeSet<&str> = grants
+        .iter()
+        .map(|g| host_name(HttpGrant::parse(g).host))
+        .collect();
+    let mut out: Vec<String> = grants.to_vec();
+    out.extend(
+        hosts
+            .iter()
+            .filter(|h| !named.contains(host_name(h)))
+            .map(|h| format!("{ANY} {h}/**")),
+    );
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Candidate HTTP grants no granted one covers, except those on a host already reported as
+/// a new host-list entry (the host-level widening says it once).
+fn http_widenings(
+    granted_hosts: &[String],
+    candidate_hosts: &[String],
+    granted: &[String],
+    candidate: &[String],
+) -> Vec<String> {
+    let granted_hosts: BTreeSet<&str> = granted_hosts.iter().map(String::as_str).collect();
+    let fresh: BTreeSet<&str> = candidate_hosts
+        .iter()
+        .map(String::as_str)
+        .filter(|h| !granted_hosts.contains(h))
+        .collect();
+    let granted: Vec<HttpGrant<'_>> = granted.iter().map(|g| HttpGrant::parse(g)).collect();
+    candidate
+        .iter()
+        .filter(|c| {
+            let c = HttpGrant::parse(c);
+            !granted.iter().any(|g| g.covers(&c)) && !suppressed(c.host, &fresh, candidate_hosts)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether an HTTP widening on `host` is already said by a fresh host-list entry. A
+/// `name:port` host is suppressed when it or its bare name is fresh; a bare name when every
+/// candidate host of that name (any port) is fresh, and there is at least one.
+fn suppressed(host: &str, fresh: &BTreeSet<&str>, candidate_hosts: &[String]) -> bool {
+    let (name, port) = split_port(host);
+    if port.is_some() {
+        return fresh.contains(host) || fresh.contains(name);
+    }
+    let mut same_name = candidate_hosts
+        .iter()
+        .filter(|h| host_name(h) == name)
+        .peekable();
+    same_name.peek().is_some() && same_name.all(|h| fresh.contains(h.as_str()))
+}
+
+/// Granted HTTP refusals the candidate no longer states (nor covers), except those on a
+/// host whose whole-host deny was dropped (already reported once as `deny-removed`).
+fn http_deny_removals(
+    granted_hosts: &[String],
+    candidate_hosts: &[String],
+    granted: &[String],
+    candidate: &[String],
+) -> Vec<String> {
+    let candidate_hosts: BTreeSet<&str> = candidate_hosts.iter().map(String::as_str).collect();
+    let dropped: BTreeSet<&str> = granted_hosts
+        .iter()
+        .map(String::as_str)
+        .filter(|h| !candidate_hosts.contains(h))
+        .collect();
+    let candidate: Vec<HttpGrant<'_>> = candidate.iter().map(|c| HttpGrant::parse(c)).collect();
+    granted
+        .iter()
+        .filter(|g| {
+            let g = HttpGrant::parse(g);
+            !dropped.contains(g.host) && !candidate.iter().any(|c| c.covers(&g))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Candidate SSH-agent entries the granted ones do not cover. Per phase: `"<phase>"`
+/// (unrestricted) is covered only by itself; `"<phase> sign <ns>"` by `"<phase>"` or
+/// itself; `"<phase> authenticate <dest>"` by `"<phase>"`, itself, or (for `user@host`)
+/// `"<phase> authenticate <host>"`.
+fn ssh_agent_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
+    let granted: BTreeSet<&str> = granted.iter().map(String::as_str).collect();
+    candidate
+        .iter()
+        .filter(|c| {
+            if granted.contains(c.as_str()) {
+                return false;
+            }
+            let Some((phase, rest)) = c.split_once(' ') else {
+                return true;
+            };
+            if granted.contains(phase) {
+                return false;
+            }
+            let host_grant = rest
+                .strip_prefix("authenticate ")
+                .and_then(|dest| dest.split_once('@'))
+                .map(|(_, host)| format!("{phase} authenticate {host}"));
+            !host_grant.is_some_and(|h| granted.contains(h.as_str()))
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        reason = "tests"
+    )]
+
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn category_names_round_trip() {
+        for c in Category::ALL {
+            assert_eq!(Category::parse(c.as_str()), Some(c));
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+            assert_eq!(serde_json::from_str::<Category>(&json).unwrap(), c);
+        }
+        assert!(serde_json::from_str::<Category>("\"network\"").is_err());
+        let mut sorted = Category::ALL;
+        sorted.sort();
+        assert_eq!(sorted, Category::ALL, "variant order is report order");
+    }
+
+    #[test]
+    fn widening_display_and_json() {
+        let w = Widening {
+            category: Category::Privileged,
+            detail: "requests privileged execution".into(),
+        };
+        assert_eq!(w.to_string(), "privileged: requests privileged execution");
+        assert_eq!(
+            serde_json::to_string(&w).unwrap(),
+            r#"{"category":"privileged","detail":"requests privileged execution"}"#
+        );
+    }
+
+    #[test]
+    fn grant_parsing() {
+        let g = HttpGrant::parse("GET api.example.com/repos/**");
+        assert_eq!(
+            (g.method, g.host, g.path),
+            ("GET", "api.example.com", "/repos/**")
+        );
+        let g = HttpGrant::parse("ANY **/**");
+        assert_eq!((g.host, g.path), ("**", "/**"));
+        let g = HttpGrant::parse("ANY host:8443");
+        assert_eq!((g.host, g.path), ("host:8443", "/"));
+    }
+
+    #[test]
+    fn host_coverage() {
+        assert!(host_covers("*", "anything.example.com:1"));
+        assert!(host_covers("**", "api.example.com"));
+        assert!(host_covers("api.example.com", "api.example.com"));
+        assert!(host_covers("api.example.com", "api.example.com:8443"));
+        assert!(host_covers("api.example.com:8443", "api.example.com:8443"));
+        assert!(!host_covers("api.example.com:8443", "api.example.com"));
+        assert!(!host_covers("api.example.com:8443", "api.example.com:443"));
+        assert!(!host_covers("*.example.com", "api.example.com"));
+        assert!(!host_covers("API.example.com", "api.example.com"));
+        assert!(!host_covers("api.example.com", "**"));
+    }
+
+    #[test]
+    fn path_coverage() {
+        assert!(path_pattern_covers("/x", "/x"));
+        assert!(path_pattern_covers("/**", "/"));
+        assert!(path_pattern_covers("/**", "/anything/at/all"));
+        assert!(path_pattern_covers("/repos/**", "/repos/a/b"));
+        assert!(path_pattern_covers("/repos/**", "/repos/"));
+        assert!(path_pattern_covers("/repos/**", "/repos"));
+        assert!(path_pattern_covers("/repos/**", "/repos/x/**"));
+        assert!(!path_pattern_covers("/repos/**", "/reposx"));
+        assert!(!path_pattern_covers("/repos/**", "/user"));
+        assert!(!path_pattern_covers("/repos*", "/repos"));
+        assert!(!path_pattern_covers("/repos/*", "/repos/a"));
+        assert!(!path_pattern_covers("/a**", "/a/b"));
+        assert!(!path_pattern_covers("/repos", "/repos/**"));
+        assert!(!path_pattern_covers("/x/**", "/**"));
+    }
+
+    #[test]
+    fn completion_adds_implicit_any_for_hosts_without_grants() {
+        let done = complete_http_grants(
+            &strings(&["a.example.com", "b.example.com:8443", "c.example.com"]),
+            &strings(&["GET b.example.com/x", "GET c.example.com:9000/y"]),
+        );
+        assert_eq!(
+            done,
+            strings(&[
+                "ANY a.example.com/**",
+                "GET b.example.com/x",
+                "GET c.example.com:9000/y",
+            ])
+        );
+        assert_eq!(
+            complete_http_grants(&strings(&["h"]), &[]),
+            strings(&["ANY h/**"])
+        );
+        assert!(complete_http_grants(&[], &[]).is_empty());
+    }
+
+    #[test]
+    fn suppression_rules() {
+        let candidate_hosts = strings(&[
+            "new.example.com",
+            "mixed.example.com",
+            "mixed.example.com:8443",
+            "p.example.com:9000",
+        ]);
+        let fresh: BTreeSet<&str> = [
+            "new.example.com",
+            "mixed.example.com:8443",
+            "p.example.com:9000",
+        ]
+        .into_iter()
+        .collect();
+        // Bare host, every same-name candidate host fresh.
+        assert!(suppressed("new.example.com", &fresh, &candidate_hosts));
+        // Bare host, one same-name candidate host not fresh.
+        assert!(!suppressed("mixed.example.com", &fresh, &candidate_hosts));
+        // Bare host with no candidate host of that name.
+        assert!(!suppressed("other.example.com", &fresh, &candidate_hosts));
+        // Bare host whose only same-name candidate host carries a port: all fresh.
+        assert!(suppressed("p.example.com", &fresh, &candidate_hosts));
+        // Ported host: itself fresh, or its bare name fresh.
+        assert!(suppressed("p.example.com:9000", &fresh, &candidate_hosts));
+        assert!(suppressed("new.example.com:1", &fresh, &candidate_hosts));
+        assert!(suppressed(
+            "mixed.example.com:8443",
+            &fresh,
+            &candidate_hosts
+        ));
+        assert!(!suppressed("mixed.example.com:1", &fresh, &candidate_hosts));
+    }
+
+    #[test]
+    fn http_widenings_respect_coverage_and_suppression() {
+        // A new unbounded host: its implicit ANY grant is said once, by the host list.
+        assert!(http_widenings(&[], &strings(&["a"]), &[], &strings(&["ANY a/**"])).is_empty());
+        // A bounded grant on a host nobody granted is reported.
+        assert_eq!(
+            http_widenings(&[], &[], &[], &strings(&["GET a/x"])),
+            strings(&["GET a/x"])
+        );
+        // Covered by ANY and a `/**` prefix.
+        assert!(
+            http_widenings(
+                &[],
+                &[],
+                &strings(&["ANY a/x/**"]),
+                &strings(&["GET a/x/y", "POST a/x"])
+            )
+            .is_empty()
+        );
+        // A specific method covers only itself.
+        assert_eq!(
+            http_widenings(&[], &[], &strings(&["GET a/**"]), &strings(&["HEAD a/**"])),
+            strings(&["HEAD a/**"])
+        );
+    }
+
+    #[test]
+    fn http_deny_removals_skip_dropped_hosts_and_covered_refusals() {
+        // The whole-host deny was dropped: reported once, by the host list.
+        assert!(http_deny_removals(&strings(&["t"]), &[], &strings(&["ANY t/**"]), &[]).is_empty());
+        // A bounded refusal dropped.
+        assert_eq!(
+            http_deny_removals(&[], &[], &strings(&["DELETE a/**"]), &[]),
+            strings(&["DELETE a/**"])
+        );
+        // Replaced by a wider refusal: not a widening.
+        assert!(
+            http_deny_removals(&[], &[], &strings(&["DELETE a/x"]), &strings(&["ANY a/**"]))
+                .is_empty()
+        );
+        // Replaced by a narrower refusal: a widening.
+        assert_eq!(
+            http_deny_removals(
+                &[],
+                &[],
+                &strings(&["ANY a/**"]),
+                &strings(&["DELETE a/**"])
+            ),
+            strings(&["ANY a/**"])
+        );
+    }
+
+    #[test]
+    fn ssh_agent_coverage() {
+        let granted = strings(&["install sign git", "runtime"]);
+        assert!(
+            ssh_agent_widenings(
+                &granted,
+                &strings(&["runtime sign x", "runtime authenticate u@h"])
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            ssh_agent_widenings(
+                &granted,
+                &strings(&["install", "install sign git", "install sign other"])
+            ),
+            strings(&["install", "install sign other"])
+        );
+        let bounded = strings(&[
+            "runtime authenticate github.com",
+            "runtime authenticate git@gitlab.com",
+        ]);
+        assert!(
+            ssh_agent_widenings(&bounded, &strings(&["runtime authenticate git@github.com"]))
+                .is_empty()
+        );
+        assert_eq!(
+            ssh_agent_widenings(
+                &bounded,
+                &strings(&["runtime authenticate gitlab.com", "runtime sign git"])
+            ),
+            strings(&["runtime authenticate gitlab.com", "runtime sign git"])
+        );
+        // install → runtime is a new phase.
+        assert_eq!(
+            ssh_agent_widenings(&strings(&["install"]), &strings(&["runtime"])),
+            strings(&["runtime"])
+        );
+    }
+
+    #[test]
+    fn privileged_and_order() {
+        let granted = Surface::default();
+        let candidate = Surface {
+            network_runtime_allow: strings(&["t.example.com"]),
+            credentials_runtime: strings(&["github"]),
+            storage_paths: strings(&["/data"]),
+            host_mount_paths: strings(&["/data"]),
+            privileged: true,
+            services: strings(&["com.docker.sandbox/kit-registry@1"]),
+            ..Surface::default()
+        };
+        let got: Vec<String> = diff_widenings(&granted, &candidate)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            got,
+            strings(&[
+                "network.runtime.allow: t.example.com",
+                "credentials.runtime: github",
+                "storage: /data",
+                "host-mount: /data",
+                "privileged: requests privileged execution",
+                "services: com.docker.sandbox/kit-registry@1",
+            ])
+        );
+        assert!(diff_widenings(&candidate, &granted).is_empty());
+    }
+}
