@@ -1161,6 +1161,7 @@ impl Reader<'_> {
 
     // -- published form (§1.11 ValidatePublished) -----------------------------------------
 
+    #[expect(clippy::too_many_arguments, reason = "one check over several top-level fields")]
     fn check_published(
         &self,
         cx: &mut Cx<'_>,
