@@ -2,6 +2,9 @@
 //! libraries, formats output and maps outcomes to exit codes; nothing else.
 
 mod kitref;
+mod kits;
+mod lock;
+mod resolve;
 mod validate;
 
 use std::process::ExitCode;
@@ -13,6 +16,11 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// Invalid input or usage; internal error.
     pub const INVALID: u8 = 1;
+    /// Refused on purpose: a policy denial, a refused composition, a required capability
+    /// this runtime does not honour.
+    pub const REFUSED: u8 = 2;
+    /// The update widens the grant set and needs approval.
+    pub const NEEDS_APPROVAL: u8 = 4;
 }
 
 /// capgate runs agent workloads so that they can do what their kits' capabilities grant and
@@ -36,6 +44,20 @@ enum Command {
     /// holding `kit.yaml`, a `<stem>.yaml` beside `<stem>.dockerfile`, or
     /// `<directory-name>.yaml`. Problems are printed as `file:line:col: path: message`.
     Validate(validate::Args),
+    /// Compose a workload with its mixins and print the merged grant set.
+    ///
+    /// The kits are resolved (exactly one workload, one provider per name, one owner per
+    /// credential, requires/integrates/conflicts), selected (a required capability capgate
+    /// does not honour refuses the composition; an optional one is skipped and listed), and
+    /// merged; the result is judged strictly. Exit 0, 1 for invalid input, 2 when refused.
+    Resolve(resolve::Args),
+    /// Record the grant set in a lock; on update, list widenings and stop for approval.
+    ///
+    /// No lock yet: write it. A composition within the lock: apply silently. A composition
+    /// that widens it (a new allow, a removed deny, a new credential, path, port, …): print
+    /// each widening as `+ category: detail`, then ask on a terminal; without one, or with
+    /// --check, change nothing and exit 4. --approve writes the new lock.
+    Lock(lock::Args),
     /// Print the JSON Schema of the kit descriptor (generated from capgate's own types).
     Schema,
 }
@@ -55,15 +77,27 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
+        Command::Resolve(args) => resolve::run(&args),
+        Command::Lock(args) => lock::run(&args),
         Command::Schema => print_schema(),
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        // A closed pipe (`capgate … | head`) is the reader's choice, not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("capgate: {e:#}");
             ExitCode::from(exit::INVALID)
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
+    e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
+        || e.downcast_ref::<serde_json::Error>()
+            .and_then(serde_json::Error::io_error_kind)
+            == pipe
 }
 
 fn print_schema() -> anyhow::Result<u8> {

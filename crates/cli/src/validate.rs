@@ -27,15 +27,8 @@ pub struct Args {
     effective: bool,
     /// A create-phase arg value for the effective form (repeatable; implies `--effective`).
     /// A value goes only to kits that declare that arg.
-    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = crate::kits::parse_arg)]
     args: Vec<(String, String)>,
-}
-
-fn parse_arg(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("`{s}` is not NAME=VALUE")),
-    }
 }
 
 /// One problem, as `--json` reports it.

@@ -1,5 +1,10 @@
 //! `capgate validate` and `capgate schema`, driven through the real binary.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1161,7 +1161,10 @@ impl Reader<'_> {
 
     // -- published form (§1.11 ValidatePublished) -----------------------------------------
 
-    #[expect(clippy::too_many_arguments, reason = "one check over several top-level fields")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one check over several top-level fields"
+    )]
     fn check_published(
         &self,
         cx: &mut Cx<'_>,

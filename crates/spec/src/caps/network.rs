@@ -114,7 +114,19 @@ impl HostEntry {
 }
 
 /// An HTTP method token of a bounded entry, or `ANY` for every method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    JsonSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Method {
     Get,

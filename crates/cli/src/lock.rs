@@ -1,0 +1,191 @@
+//! `capgate lock`: record the grant set; on update, list widenings and stop for approval.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use capgate_resolve::{KitWidening, Lock};
+use serde::Serialize;
+
+use crate::kits::{self, read_kits};
+use crate::{exit, resolve};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The kits of the composition: exactly one workload and any mixins.
+    #[arg(required = true, value_name = "KIT")]
+    kits: Vec<PathBuf>,
+    /// A create-phase arg value (repeatable). A value goes only to kits that declare the arg.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = kits::parse_arg)]
+    args: Vec<(String, String)>,
+    /// The lock file (default: `capgate.lock` beside the workload kit).
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Approve every widening and write the new lock.
+    #[arg(long, conflicts_with = "check")]
+    approve: bool,
+    /// Change nothing: exit 4 if the composition widens the lock (or there is none), 0 if not.
+    #[arg(long)]
+    check: bool,
+    /// Print `{"widenings": [{"kit", "category", "detail"}], "written": bool}`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    lock: String,
+    widenings: &'a [KitWidening],
+    written: bool,
+}
+
+pub fn run(args: &Args) -> Result<u8> {
+    // Where is the lock? Beside the workload unless given; read the kits once to know.
+    let lock_path = match &args.lock {
+        Some(p) => p.clone(),
+        None => match read_kits(&args.kits, &args.args) {
+            Ok(k) => match k.default_lock_path() {
+                Some(p) => p,
+                None => {
+                    // No workload: let the resolver say so, with every other reason.
+                    return Ok(resolve::plan_kits(&args.kits, &args.args, args.json, None)
+                        .err()
+                        .unwrap_or(exit::REFUSED));
+                }
+            },
+            Err(problems) => {
+                for p in problems {
+                    eprintln!("{p}");
+                }
+                return Ok(exit::INVALID);
+            }
+        },
+    };
+    let base = lock_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let plan = match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let candidate = Lock::from_plan(&plan);
+
+    let existing = match std::fs::read(&lock_path) {
+        Ok(bytes) => match Lock::parse(&bytes) {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                eprintln!("{}:{e}", lock_path.display());
+                eprintln!("capgate: the lock was left as it is; fix or remove it");
+                return Ok(exit::INVALID);
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read `{}`", lock_path.display()));
+        }
+    };
+    let widenings = match &existing {
+        Some(lock) => lock.gate(&plan),
+        None if args.check => Lock {
+            version: capgate_resolve::lock::LOCK_VERSION,
+            kits: Vec::new(),
+        }
+        .gate(&plan),
+        None => Vec::new(),
+    };
+    let name = lock_path.display().to_string();
+    let write = |lock: &Lock| -> Result<()> {
+        write_atomically(&lock_path, lock.to_json().as_bytes())
+            .with_context(|| format!("cannot write `{name}`"))
+    };
+
+    let approved = if widenings.is_empty() {
+        !args.check
+    } else {
+        if !args.json {
+            let mut err = std::io::stderr().lock();
+            writeln!(err, "The composition widens what `{name}` approved:")?;
+            let mut last_kit = "";
+            for w in &widenings {
+                if w.kit != last_kit {
+                    writeln!(err, "{}:", w.kit)?;
+                    last_kit = &w.kit;
+                }
+                writeln!(err, "  + {}: {}", w.category.as_str(), w.detail)?;
+            }
+        }
+        if args.approve {
+            true
+        } else if args.check || args.json || !std::io::stdin().is_terminal() {
+            false
+        } else {
+            ask("Approve these widenings and update the lock? [y/N] ")?
+        }
+    };
+    if approved {
+        let unchanged = existing.as_ref() == Some(&candidate);
+        if !unchanged {
+            write(&candidate)?;
+        }
+        if args.json {
+            print_json(&name, &widenings, !unchanged)?;
+        } else if existing.is_none() {
+            println!("wrote {name} ({} kits)", candidate.kits.len());
+        } else if !widenings.is_empty() {
+            println!("approved; wrote {name}");
+        }
+        Ok(exit::OK)
+    } else {
+        if args.json {
+            print_json(&name, &widenings, false)?;
+        } else if !widenings.is_empty() {
+            eprintln!("not approved: `{name}` is unchanged (approve with --approve)");
+        }
+        Ok(if widenings.is_empty() {
+            exit::OK
+        } else {
+            exit::NEEDS_APPROVAL
+        })
+    }
+}
+
+fn print_json(lock: &str, widenings: &[KitWidening], written: bool) -> Result<()> {
+    let body = JsonOut {
+        lock: lock.to_owned(),
+        widenings,
+        written,
+    };
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(())
+}
+
+fn ask(question: &str) -> Result<bool> {
+    let mut err = std::io::stderr().lock();
+    write!(err, "{question}")?;
+    err.flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "Yes"))
+}
+
+/// Writes a file so that a reader sees the old or the new content, never a torn one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("capgate.lock"),
+        std::process::id()
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}

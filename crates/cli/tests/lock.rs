@@ -1,0 +1,361 @@
+//! `capgate resolve` and `capgate lock` through the real binary: the lock is written, an
+//! update that stays inside it applies silently, and one that widens it stops.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn capgate(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const WORKLOAD: &str = r#"schemaVersion: "3"
+kind: workload
+version: "1.0.0"
+provides: [base]
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [deb.debian.org]
+"#;
+
+const MIXIN_V1: &str = r#"schemaVersion: "3"
+kind: mixin
+provides: ["tool@1.0.0"]
+requires: [base]
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.tool.example]
+        deny: [telemetry.tool.example]
+"#;
+
+/// v2 adds a runtime allow, removes the deny and adds a credential.
+const MIXIN_V2: &str = r#"schemaVersion: "3"
+kind: mixin
+provides: ["tool@2.0.0"]
+requires: [base]
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.tool.example, uploads.tool.example]
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: tool
+      phase: runtime
+      apiKey: {name: TOOL_TOKEN, proxyManaged: true, inject: [{domain: api.tool.example}]}
+"#;
+
+/// v3 narrows: drops the upload host again.
+const MIXIN_V3: &str = r#"schemaVersion: "3"
+kind: mixin
+provides: ["tool@3.0.0"]
+requires: [base]
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.tool.example]
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: tool
+      phase: runtime
+      apiKey: {name: TOOL_TOKEN, proxyManaged: true, inject: [{domain: api.tool.example}]}
+"#;
+
+fn setup() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("base")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("tool")).unwrap();
+    std::fs::write(tmp.path().join("base/kit.yaml"), WORKLOAD).unwrap();
+    std::fs::write(tmp.path().join("tool/kit.yaml"), MIXIN_V1).unwrap();
+    tmp
+}
+
+#[test]
+fn widening_update_stops_until_approved() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let lock = dir.join("base/capgate.lock");
+
+    // No lock yet: written.
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = std::fs::read_to_string(&lock).unwrap();
+    assert!(
+        first.contains("\"reference\": \".\""),
+        "references are relative to the lock: {first}"
+    );
+    assert!(first.contains("\"reference\": \"../tool\""), "{first}");
+    assert!(first.contains("telemetry.tool.example"));
+
+    // The update widens in exactly three ways: exit 4, lock untouched.
+    std::fs::write(dir.join("tool/kit.yaml"), MIXIN_V2).unwrap();
+    let out = capgate(dir, &["lock", "base", "tool", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let widenings: Vec<(String, String, String)> = report["widenings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["kit"].as_str().unwrap().to_owned(),
+                w["category"].as_str().unwrap().to_owned(),
+                w["detail"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("../tool", "network.runtime.allow", "uploads.tool.example"),
+        (
+            "../tool",
+            "network.runtime.deny-removed",
+            "telemetry.tool.example",
+        ),
+        ("../tool", "credentials.runtime", "tool"),
+    ];
+    let expected: Vec<(String, String, String)> = expected
+        .iter()
+        .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+        .collect();
+    assert_eq!(widenings, expected);
+    assert_eq!(report["written"], false);
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        first,
+        "a refused update changes nothing"
+    );
+
+    // Human form, without a terminal: the same three lines, exit 4.
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(4));
+    let t = text(&out);
+    for line in [
+        "  + network.runtime.allow: uploads.tool.example\n",
+        "  + network.runtime.deny-removed: telemetry.tool.example\n",
+        "  + credentials.runtime: tool\n",
+    ] {
+        assert!(t.contains(line), "{line:?} in {t}");
+    }
+    assert_eq!(t.matches("  + ").count(), 3, "{t}");
+    let out = capgate(dir, &["lock", "base", "tool", "--check"]);
+    assert_eq!(out.status.code(), Some(4));
+
+    // Approved: written, exit 0; then a third run is silent and exits 0.
+    let out = capgate(dir, &["lock", "base", "tool", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let approved = std::fs::read_to_string(&lock).unwrap();
+    assert_ne!(approved, first);
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out),
+        "",
+        "a composition inside the lock applies silently"
+    );
+    let out = capgate(dir, &["lock", "base", "tool", "--check"]);
+    assert_eq!(out.status.code(), Some(0));
+
+    // A narrowing update applies silently too, and rewrites the lock.
+    std::fs::write(dir.join("tool/kit.yaml"), MIXIN_V3).unwrap();
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(text(&out), "");
+    assert!(
+        !std::fs::read_to_string(&lock)
+            .unwrap()
+            .contains("uploads.tool.example")
+    );
+
+    // The same lock matches the kits from another working directory.
+    let out = capgate(&dir.join("tool"), &["lock", "../base", ".", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn a_broken_or_unknown_lock_is_never_replaced() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let lock = dir.join("base/capgate.lock");
+    std::fs::write(&lock, "{\"version\": 1, \"kits\": [").unwrap();
+    let out = capgate(dir, &["lock", "base", "tool", "--approve"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("the lock is not valid"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "{\"version\": 1, \"kits\": ["
+    );
+
+    std::fs::write(&lock, "{\"version\": 7, \"kits\": []}").unwrap();
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("capgate lock version 7 is not supported (this reader reads 1)"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn lock_path_can_be_given() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let out = capgate(dir, &["lock", "base", "tool", "--lock", "elsewhere.lock"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let lock = std::fs::read_to_string(dir.join("elsewhere.lock")).unwrap();
+    assert!(lock.contains("\"reference\": \"base\""), "{lock}");
+    assert!(!dir.join("base/capgate.lock").exists());
+}
+
+#[test]
+fn refused_compositions_exit_2_with_every_reason() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::fs::write(
+        dir.join("other/kit.yaml"),
+        WORKLOAD.replace("provides: [base]", "provides: [base]\nrequires: [missing]"),
+    )
+    .unwrap();
+    let out = capgate(dir, &["resolve", "base", "other", "tool"]);
+    assert_eq!(out.status.code(), Some(2));
+    let t = text(&out);
+    assert!(t.contains("more than one workload"), "{t}");
+    assert!(t.contains("`base` is provided by more than one kit"), "{t}");
+    assert!(
+        t.contains("other requires[0]: requires `missing`, but nothing in the set provides it"),
+        "{t}"
+    );
+    let out = capgate(dir, &["lock", "base", "other", "tool"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn invalid_input_exits_1_and_unknown_args_are_named() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("tool/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: mixin\nnope: 1\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["resolve", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("tool/kit.yaml:3:1: nope: unknown field `nope`"),
+        "{}",
+        text(&out)
+    );
+    std::fs::write(dir.join("tool/kit.yaml"), MIXIN_V1).unwrap();
+    let out = capgate(dir, &["resolve", "base", "tool", "--arg", "color=blue"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("no kit of the composition declares an arg `color`"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn resolve_json_has_surface_order_skipped_descriptor() {
+    let out = capgate(
+        Path::new(ROOT),
+        &[
+            "resolve",
+            "examples/kits/gh",
+            "examples/kits/shell",
+            "examples/kits/pip-cache",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["order"],
+        serde_json::json!([
+            "examples/kits/shell",
+            "examples/kits/gh",
+            "examples/kits/pip-cache"
+        ])
+    );
+    assert_eq!(
+        v["surface"]["credentialsRuntime"],
+        serde_json::json!(["github"])
+    );
+    assert_eq!(
+        v["surface"]["hostMountPaths"],
+        serde_json::json!(["/home/agent/.cache/pip"])
+    );
+    assert_eq!(v["descriptor"]["kind"], "workload");
+    assert!(v["skipped"].as_array().unwrap().is_empty());
+    // The human form names the same grants.
+    let out = capgate(
+        Path::new(ROOT),
+        &["resolve", "examples/kits/gh", "examples/kits/shell"],
+    );
+    let t = text(&out);
+    assert!(t.contains("Credentials:\n  runtime      github\n"), "{t}");
+    assert!(t.contains("  1. examples/kits/shell"), "{t}");
+}
+
+#[test]
+fn optional_unsupported_entries_are_skipped_and_listed() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("tool/kit.yaml"),
+        format!("{MIXIN_V1}  - type: com.docker.sandbox/usb-device@1\n    optional: true\n    config: {{class: \"03\"}}\n  - type: com.example.host/gpu@2\n    optional: true\n"),
+    )
+    .unwrap();
+    let out = capgate(dir, &["resolve", "base", "tool", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2);
+    assert_eq!(skipped[0]["path"], "capabilities[1]");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("usb-device@1")
+    );
+    assert!(
+        v["surface"].get("usb").is_none(),
+        "a skipped entry grants nothing"
+    );
+    // …but the lock records what the kit asks for, so an approval covers it.
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(0));
+    let lock = std::fs::read_to_string(dir.join("base/capgate.lock")).unwrap();
+    assert!(lock.contains("class:03"), "{lock}");
+    assert!(lock.contains("com.example.host/gpu@2"), "{lock}");
+}

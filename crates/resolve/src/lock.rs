@@ -1,0 +1,201 @@
+//! The lock (spec §5.5, §7.4): what the user approved, per kit, and the gate that stops a
+//! candidate composition that widens it.
+//!
+//! The lock records, per kit in layer order, its reference, the digest of its descriptor
+//! bytes, its kind, its resolved args and its surface *as declared*: every capability the
+//! kit asks for after arg expansion — optional entries and group members included, before
+//! selection — so an approval covers everything the kit requests, even what this runtime
+//! does not honour yet. The gate matches kits by reference.
+
+use std::collections::BTreeMap;
+
+use capgate_spec::Kind;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::plan::Plan;
+use crate::surface::{Surface, surface_of};
+use crate::widen::{Category, diff_widenings};
+
+/// The only lock format this reader reads.
+pub const LOCK_VERSION: u64 = 1;
+
+/// A lock file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lock {
+    pub version: u64,
+    pub kits: Vec<LockedKit>,
+}
+
+/// One approved kit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedKit {
+    /// The reference the kit was composed under; the gate matches by it.
+    pub reference: String,
+    /// `sha256:<hex>` of the descriptor bytes.
+    pub digest: String,
+    pub kind: Kind,
+    /// Resolved create-arg values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// The kit's declared surface.
+    pub permissions: Surface,
+}
+
+/// A lock that cannot be used. It is never silently replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LockError {
+    #[error("{line}:{column}: the lock is not valid: {message}")]
+    Malformed {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("capgate lock version {found} is not supported (this reader reads {LOCK_VERSION})")]
+    UnsupportedVersion { found: String },
+}
+
+/// A widening, attributed to the kit whose declared surface widens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KitWidening {
+    pub kit: String,
+    pub category: Category,
+    pub detail: String,
+}
+
+impl Lock {
+    /// The lock that approves exactly this plan.
+    pub fn from_plan(plan: &Plan) -> Lock {
+        Lock {
+            version: LOCK_VERSION,
+            kits: plan
+                .layered_units()
+                .map(|u| LockedKit {
+                    reference: u.reference.clone(),
+                    digest: u.digest.clone(),
+                    kind: u.descriptor.kind,
+                    args: u.args.clone(),
+                    permissions: surface_of(&u.descriptor),
+                })
+                .collect(),
+        }
+    }
+
+    /// Reads a lock: the version is checked first, then the shape strictly.
+    pub fn parse(bytes: &[u8]) -> Result<Lock, LockError> {
+        let malformed = |e: serde_json::Error| LockError::Malformed {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        };
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
+        match value.get("version") {
+            Some(v) if v.as_u64() == Some(LOCK_VERSION) => {}
+            Some(v) => {
+                return Err(LockError::UnsupportedVersion {
+                    found: v.to_string(),
+                });
+            }
+            None => {
+                return Err(LockError::Malformed {
+                    line: 1,
+                    column: 1,
+                    message: "no `version` field".to_owned(),
+                });
+            }
+        }
+        serde_json::from_slice(bytes).map_err(malformed)
+    }
+
+    /// The lock text: stable key order, 2-space indentation, a final newline.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    fn locked(&self, reference: &str) -> Option<&LockedKit> {
+        self.kits.iter().find(|k| k.reference == reference)
+    }
+
+    /// Every widening of the candidate over this lock, kit by kit in layer order. A kit the
+    /// lock does not know widens by its whole surface. Empty: the update may apply silently.
+    pub fn gate(&self, candidate: &Plan) -> Vec<KitWidening> {
+        let empty = Surface::default();
+        candidate
+            .layered_units()
+            .flat_map(|u| {
+                let granted = self.locked(&u.reference).map_or(&empty, |k| &k.permissions);
+                diff_widenings(granted, &surface_of(&u.descriptor))
+                    .into_iter()
+                    .map(|w| KitWidening {
+                        kit: u.reference.clone(),
+                        category: w.category,
+                        detail: w.detail,
+                    })
+            })
+            .collect()
+    }
+}
+
+/// `sha256:<hex>` of descriptor bytes.
+pub fn digest_of(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let hash = Sha256::digest(bytes);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in hash {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn unknown_versions_are_refused_and_bad_json_located() {
+        let e = Lock::parse(br#"{"version": 2, "kits": []}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "capgate lock version 2 is not supported (this reader reads 1)"
+        );
+        let e = Lock::parse(b"{\"version\": 1,\n \"kits\": [}").unwrap_err();
+        assert!(matches!(e, LockError::Malformed { line: 2, .. }), "{e:?}");
+        let e = Lock::parse(br#"{"version": 1, "kits": [], "extra": true}"#).unwrap_err();
+        assert!(e.to_string().contains("extra"), "{e}");
+    }
+
+    #[test]
+    fn round_trip_is_stable() {
+        let lock = Lock {
+            version: 1,
+            kits: vec![LockedKit {
+                reference: "examples/kits/shell".into(),
+                digest: digest_of(b"x"),
+                kind: Kind::Workload,
+                args: [
+                    ("b".to_owned(), "2".to_owned()),
+                    ("a".to_owned(), "1".to_owned()),
+                ]
+                .into(),
+                permissions: Surface {
+                    network_runtime_allow: vec!["deb.debian.org".into()],
+                    ..Surface::default()
+                },
+            }],
+        };
+        let text = lock.to_json();
+        assert!(
+            text.starts_with("{\n  \"version\": 1,\n  \"kits\": [\n    {\n      \"reference\"")
+        );
+        assert!(text.find("\"a\"").unwrap() < text.find("\"b\"").unwrap());
+        assert_eq!(Lock::parse(text.as_bytes()).unwrap(), lock);
+        assert_eq!(Lock::parse(text.as_bytes()).unwrap().to_json(), text);
+    }
+}
