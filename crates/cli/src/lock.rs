@@ -69,9 +69,37 @@ pub fn run(args: &Args) -> Result<u8> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let candidate = Lock::from_plan(&plan);
+    gate(
+        &plan,
+        &lock_path,
+        GateMode {
+            approve: args.approve,
+            check: args.check,
+            json: args.json,
+        },
+    )
+}
 
-    let existing = match std::fs::read(&lock_path) {
+/// How to treat widenings.
+#[derive(Debug, Clone, Copy)]
+pub struct GateMode {
+    /// Approve every widening.
+    pub approve: bool,
+    /// Change nothing.
+    pub check: bool,
+    /// Report as JSON (never prompts).
+    pub json: bool,
+}
+
+/// Gates `plan` against the lock at `lock_path`: writes it when there is none (unless
+/// checking), applies silently within it, and stops widenings for approval (asking on a
+/// terminal). Returns 0 when the plan is approved (and the lock written), 4 when a widening
+/// was not approved, 1 when the lock is unusable.
+pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> Result<u8> {
+    let args = mode;
+    let candidate = Lock::from_plan(plan);
+
+    let existing = match std::fs::read(lock_path) {
         Ok(bytes) => match Lock::parse(&bytes) {
             Ok(lock) => Some(lock),
             Err(e) => {
@@ -86,17 +114,17 @@ pub fn run(args: &Args) -> Result<u8> {
         }
     };
     let widenings = match &existing {
-        Some(lock) => lock.gate(&plan),
+        Some(lock) => lock.gate(plan),
         None if args.check => Lock {
             version: capgate_resolve::lock::LOCK_VERSION,
             kits: Vec::new(),
         }
-        .gate(&plan),
+        .gate(plan),
         None => Vec::new(),
     };
     let name = lock_path.display().to_string();
     let write = |lock: &Lock| -> Result<()> {
-        write_atomically(&lock_path, lock.to_json().as_bytes())
+        write_atomically(lock_path, lock.to_json().as_bytes())
             .with_context(|| format!("cannot write `{name}`"))
     };
 

@@ -4,7 +4,10 @@
 mod kitref;
 mod kits;
 mod lock;
+mod policy;
 mod resolve;
+mod sandbox;
+mod state;
 mod validate;
 
 use std::process::ExitCode;
@@ -58,6 +61,16 @@ enum Command {
     /// each widening as `+ category: detail`, then ask on a terminal; without one, or with
     /// --check, change nothing and exit 4. --approve writes the new lock.
     Lock(lock::Args),
+    /// Create (or recreate) a sandbox: resolve its kits, gate them against the lock, record
+    /// it, and provision its kit grants as rules (`kit:NAME`, visible, not editable).
+    Create(sandbox::CreateArgs),
+    /// List sandboxes.
+    Ls(sandbox::LsArgs),
+    /// Remove a sandbox with its provisioned rules and the user rules scoped to it.
+    Rm(sandbox::RmArgs),
+    /// Rules, decisions and the audit log: init, ls, allow, deny, rm, check, log.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Print the JSON Schema of the kit descriptor (generated from capgate's own types).
     Schema,
 }
@@ -79,6 +92,10 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Resolve(args) => resolve::run(&args),
         Command::Lock(args) => lock::run(&args),
+        Command::Create(args) => sandbox::create(&args),
+        Command::Ls(args) => sandbox::ls(&args),
+        Command::Rm(args) => sandbox::rm(&args),
+        Command::Policy(cmd) => policy::run(&cmd),
         Command::Schema => print_schema(),
     };
     match result {

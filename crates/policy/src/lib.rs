@@ -7,8 +7,17 @@
 //! scope and source; any error while deciding is a denial.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod decision;
+pub mod matcher;
+pub mod path;
+pub mod pattern;
+pub mod presets;
+pub mod provision;
 pub mod rule;
+pub mod store;
 
 pub use decision::{DenyKind, HttpRequest, Query, Reason, RuleRef, Target, Verdict};
+pub use matcher::Matcher;
 pub use rule::{CreatedVia, Decision, Method, Phase, Protocol, ResourceType, Rule, Scope, Source};
+pub use store::Store;

@@ -96,13 +96,13 @@ pub fn plan(units: Vec<Unit>) -> Result<Plan, Vec<Refusal>> {
     let merged = composed.descriptor();
     // The merged descriptor must be a valid effective descriptor: this is where checks that
     // span kits (a credential's inject domains inside some kit's allow list) are judged.
-    let text = serde_json::to_vec(&merged).map_err(|e| {
+    let tree = serde_json::to_value(&merged).map_err(|e| {
         vec![Refusal::new(format!(
             "the merged descriptor cannot be written: {e}"
         ))]
     })?;
-    let judged = capgate_spec::load(
-        &text,
+    let judged = capgate_spec::load_tree(
+        &capgate_spec::node::Node::from_json(&tree),
         &Options {
             profile: Profile::Effective,
             ..Options::default()

@@ -1,0 +1,514 @@
+//! `capgate policy`: presets, the rule store, decisions and the audit log, in the manner of
+//! `sbx policy`. Kit allow rules apply on top of any preset; only a deny rule beats them.
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result, bail};
+use capgate_policy::audit::{LogQuery, log};
+use capgate_policy::decision::{HttpRequest, Query};
+use capgate_policy::pattern::{HostPattern, parse_target};
+use capgate_policy::presets::Preset;
+use capgate_policy::store::{NewRule, RuleFilter};
+use capgate_policy::{Decision, Matcher, Method, Phase, Protocol, Rule, Scope, Source, Verdict};
+use clap::{Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::exit;
+use crate::state::open_store;
+
+const PRESET_NOTE: &str = "Kit allow rules apply on top of any preset; only a deny rule beats them (`deny-all` is not a deny rule).";
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Set the global preset: `allow-all`, `balanced` (AI providers, package registries,
+    /// code hosts) or `deny-all`. Kit allows still apply on top; only a deny beats them.
+    Init { preset: String },
+    /// List rules (`--json` for the full records).
+    Ls(LsArgs),
+    /// Add an allow rule.
+    Allow {
+        #[command(subcommand)]
+        kind: RuleKind,
+    },
+    /// Add a deny rule (a deny wins over every allow, in every scope and from every source).
+    Deny {
+        #[command(subcommand)]
+        kind: RuleKind,
+    },
+    /// Remove user rules by id or by resource. Rules provisioned from a kit or a preset
+    /// cannot be removed here; the refusal says why.
+    Rm(RmArgs),
+    /// Ask the decision function, exactly as the gateway would (exit 0 allowed, 2 denied).
+    Check {
+        #[command(subcommand)]
+        kind: CheckKind,
+    },
+    /// Show decisions the gateway recorded, grouped per host, with HTTP methods and paths.
+    Log(LogArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SourceArg {
+    Kit,
+    User,
+    Default,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DecisionArg {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PhaseArg {
+    Install,
+    Runtime,
+}
+
+impl PhaseArg {
+    fn phase(self) -> Phase {
+        match self {
+            PhaseArg::Install => Phase::Install,
+            PhaseArg::Runtime => Phase::Runtime,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProtocolArg {
+    Tcp,
+    Udp,
+    Any,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    /// Only rules that apply to this sandbox (its own and the global ones).
+    #[arg(long)]
+    sandbox: Option<String>,
+    #[arg(long, value_enum)]
+    source: Option<SourceArg>,
+    #[arg(long, value_enum)]
+    decision: Option<DecisionArg>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RuleKind {
+    /// Network resources: comma-separated hosts (`example.com`, `*.example.com`,
+    /// `**.example.com`, `host:port`), IP addresses or CIDRs.
+    Network(RuleArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RuleArgs {
+    /// Comma-separated resources.
+    resources: String,
+    /// Only this sandbox (default: every sandbox).
+    #[arg(long)]
+    sandbox: Option<String>,
+    /// HTTP methods (repeatable or comma-separated; `ANY` for every method).
+    #[arg(long = "method", value_delimiter = ',')]
+    methods: Vec<String>,
+    /// An HTTP path glob (`/repos/**`; `*` within one segment). Needs hosts, not IPs.
+    #[arg(long = "path")]
+    paths: Vec<String>,
+    /// Only in this grant phase (default: both).
+    #[arg(long, value_enum)]
+    phase: Option<PhaseArg>,
+    /// Transport (default: tcp for allow, any for deny).
+    #[arg(long, value_enum)]
+    protocol: Option<ProtocolArg>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    #[arg(
+        long,
+        conflicts_with = "resource",
+        required_unless_present = "resource"
+    )]
+    id: Option<String>,
+    #[arg(long)]
+    resource: Option<String>,
+    #[arg(long)]
+    sandbox: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckKind {
+    /// TARGET is a host, host:port, IP, `[v6]:port` or URL (bare hosts mean port 443).
+    Network(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    target: String,
+    #[arg(long)]
+    sandbox: Option<String>,
+    /// Ask about one HTTP request with this method (on an inspected connection).
+    #[arg(long)]
+    method: Option<String>,
+    /// The request path (default: the URL's path, else `/`); implies `--method GET`.
+    #[arg(long)]
+    path: Option<String>,
+    /// The grant phase to ask about (default: runtime).
+    #[arg(long, value_enum, default_value = "runtime")]
+    phase: PhaseArg,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    #[arg(long)]
+    sandbox: Option<String>,
+    #[arg(long)]
+    limit: Option<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: &PolicyCommand) -> Result<u8> {
+    match cmd {
+        PolicyCommand::Init { preset } => init(preset),
+        PolicyCommand::Ls(a) => ls(a),
+        PolicyCommand::Allow {
+            kind: RuleKind::Network(a),
+        } => add(a, Decision::Allow),
+        PolicyCommand::Deny {
+            kind: RuleKind::Network(a),
+        } => add(a, Decision::Deny),
+        PolicyCommand::Rm(a) => rm(a),
+        PolicyCommand::Check {
+            kind: CheckKind::Network(a),
+        } => check(a),
+        PolicyCommand::Log(a) => show_log(a),
+    }
+}
+
+fn init(preset: &str) -> Result<u8> {
+    let Some(p) = Preset::parse(preset) else {
+        bail!("preset `{preset}` is not `allow-all`, `balanced` or `deny-all`");
+    };
+    let mut store = open_store()?;
+    let rules = store.apply_preset(p)?;
+    println!("preset `{}`: {} default rules", p.as_str(), rules.len());
+    println!("{PRESET_NOTE}");
+    Ok(exit::OK)
+}
+
+fn ls(a: &LsArgs) -> Result<u8> {
+    let store = open_store()?;
+    let filter = RuleFilter {
+        sandbox: a.sandbox.clone(),
+        source: a.source.map(|s| match s {
+            SourceArg::Kit => Source::Kit,
+            SourceArg::User => Source::User,
+            SourceArg::Default => Source::Default,
+        }),
+        decision: a.decision.map(|d| match d {
+            DecisionArg::Allow => Decision::Allow,
+            DecisionArg::Deny => Decision::Deny,
+        }),
+    };
+    let rules = store.rules(&filter)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "rules": rules }))?
+        );
+        return Ok(exit::OK);
+    }
+    let preset = store.preset()?.map_or("none", |p| p.as_str());
+    println!("Preset: {preset}. {PRESET_NOTE}\n");
+    if rules.is_empty() {
+        println!("no rules");
+        return Ok(exit::OK);
+    }
+    println!(
+        "{:<16} {:<26} {:<20} {:<7} {:<8} {:<8} {:<8} RESOURCES",
+        "ID", "NAME", "SCOPE", "SOURCE", "DECISION", "PHASE", "EDITABLE"
+    );
+    for r in &rules {
+        println!(
+            "{:<16} {:<26} {:<20} {:<7} {:<8} {:<8} {:<8} {}",
+            r.id,
+            r.name,
+            r.scope.to_string(),
+            json_word(&r.source),
+            json_word(&r.decision),
+            r.phase.map_or("both", Phase::as_str),
+            if r.editable { "yes" } else { "no" },
+            describe_resources(r)
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn json_word<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn describe_resources(r: &Rule) -> String {
+    let mut s = r.resources.join(",");
+    if let Some(m) = &r.methods {
+        let _ = write!(
+            s,
+            " methods={}",
+            m.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
+        );
+    }
+    if let Some(p) = &r.paths {
+        let _ = write!(s, " paths={}", p.join(","));
+    }
+    s
+}
+
+fn parse_method(m: &str) -> Result<Method> {
+    Method::parse(&m.to_ascii_uppercase()).with_context(|| format!("`{m}` is not an HTTP method (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE, CONNECT or ANY)"))
+}
+
+fn add(a: &RuleArgs, decision: Decision) -> Result<u8> {
+    let resources: Vec<String> = a
+        .resources
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if resources.is_empty() {
+        bail!("name at least one resource");
+    }
+    for r in &resources {
+        HostPattern::parse(r)
+            .with_context(|| format!("resource `{r}` is not a host pattern, IP address or CIDR"))?;
+    }
+    let scope = match &a.sandbox {
+        Some(s) => {
+            crate::state::check_sandbox_name(s)?;
+            Scope::Sandbox(s.clone())
+        }
+        None => Scope::Global,
+    };
+    let protocol = match (a.protocol, decision) {
+        (Some(ProtocolArg::Tcp), _) | (None, Decision::Allow) => Protocol::Tcp,
+        (Some(ProtocolArg::Udp), _) => Protocol::Udp,
+        (Some(ProtocolArg::Any), _) | (None, Decision::Deny) => Protocol::Any,
+    };
+    let name = format!("user:{}", resources.join(","));
+    let mut rule = NewRule::user(name, scope, decision, resources, protocol);
+    if !a.methods.is_empty() {
+        rule.methods = Some(
+            a.methods
+                .iter()
+                .map(|m| parse_method(m))
+                .collect::<Result<_>>()?,
+        );
+    }
+    if !a.paths.is_empty() {
+        for p in &a.paths {
+            capgate_policy::path::PathGlob::compile(p)
+                .with_context(|| format!("path `{p}` is not a path glob"))?;
+        }
+        rule.paths = Some(a.paths.clone());
+        if rule.methods.is_none() {
+            rule.methods = Some(vec![Method::Any]);
+        }
+    }
+    rule.phase = a.phase.map(PhaseArg::phase);
+    let mut store = open_store()?;
+    let stored = store.add_rule(rule)?;
+    println!(
+        "added {} rule {} ({}) for {}",
+        json_word(&stored.decision),
+        stored.id,
+        stored.scope,
+        describe_resources(&stored)
+    );
+    Ok(exit::OK)
+}
+
+fn rm(a: &RmArgs) -> Result<u8> {
+    let mut store = open_store()?;
+    let scope = a.sandbox.clone().map(Scope::Sandbox);
+    let removed: Vec<Rule> = match (&a.id, &a.resource) {
+        (Some(id), _) => vec![store.remove_rule_by_id(id, scope.as_ref())?],
+        (None, Some(resource)) => store.remove_rules_by_resource(resource, scope.as_ref())?,
+        (None, None) => bail!("at least one selector is required: use --id or --resource"),
+    };
+    if removed.is_empty() {
+        bail!("no user rule matches");
+    }
+    for r in removed {
+        println!(
+            "removed rule {} ({}) {}",
+            r.id,
+            r.name,
+            describe_resources(&r)
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// What `policy check --json` prints.
+#[derive(Serialize)]
+struct CheckOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    target: String,
+    context: String,
+    phase: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<&'a str>,
+    allowed: bool,
+    #[serde(flatten)]
+    verdict: &'a Verdict,
+}
+
+/// The rules the gateway of `sandbox` would use, compiled.
+pub fn matcher_for(sandbox: Option<&str>) -> Result<Matcher> {
+    let store = open_store()?;
+    let rules = store.rules(&RuleFilter {
+        sandbox: sandbox.map(str::to_owned),
+        source: None,
+        decision: None,
+    })?;
+    Ok(Matcher::compile(&rules))
+}
+
+fn check(a: &CheckArgs) -> Result<u8> {
+    let (target, port) =
+        parse_target(&a.target).with_context(|| format!("cannot judge `{}`", a.target))?;
+    let url_path = a
+        .target
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+        .map(|p| p.split(['?', '#']).next().unwrap_or("/"));
+    let method = match (&a.method, &a.path) {
+        (Some(m), _) => Some(parse_method(m)?),
+        (None, Some(_)) => Some(Method::Get),
+        (None, None) => None,
+    };
+    let path = a.path.as_deref().or(url_path).unwrap_or("/");
+    let http = method.map(|m| HttpRequest {
+        method: m,
+        path: path.to_owned(),
+    });
+    let query = Query {
+        sandbox: a.sandbox.clone(),
+        phase: a.phase.phase(),
+        target: target.clone(),
+        port,
+        protocol: Protocol::Tcp,
+        http,
+    };
+    let verdict = matcher_for(a.sandbox.as_deref())?.decide(&query);
+    let shown = match &target {
+        capgate_policy::Target::Host(h) => format!("{h}:{port}"),
+        capgate_policy::Target::Ip(std::net::IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+        capgate_policy::Target::Ip(ip) => format!("{ip}:{port}"),
+    };
+    if a.json {
+        let out = CheckOut {
+            kind: "network",
+            target: shown,
+            context: a
+                .sandbox
+                .as_ref()
+                .map_or_else(|| "global".to_owned(), |s| format!("sandbox:{s}")),
+            phase: a.phase.phase().as_str(),
+            method: method.map(Method::as_str),
+            path: method.map(|_| path),
+            allowed: verdict.is_allowed(),
+            verdict: &verdict,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let what = match method {
+            Some(m) => format!("{} {shown}{path}", m.as_str()),
+            None => shown,
+        };
+        if verdict.is_allowed() {
+            println!("Allowed: {what}");
+        } else {
+            println!("Denied: {what}");
+        }
+        println!("Reason: {} ({})", verdict.message, verdict.reason);
+        if let Some(r) = &verdict.rule {
+            println!("Rule: {} `{}` ({})", r.id, r.name, json_word(&r.source));
+        }
+        if verdict.inspect {
+            println!(
+                "Note: only some HTTP requests to this host are granted; its traffic is inspected."
+            );
+        }
+    }
+    Ok(if verdict.is_allowed() {
+        exit::OK
+    } else {
+        exit::REFUSED
+    })
+}
+
+fn show_log(a: &LogArgs) -> Result<u8> {
+    let store = open_store()?;
+    let summaries = log(
+        &store,
+        &LogQuery {
+            sandbox: a.sandbox.clone(),
+            limit: a.limit,
+            since: None,
+        },
+    )?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "hosts": summaries }))?
+        );
+        return Ok(exit::OK);
+    }
+    for (title, decision) in [
+        ("Blocked requests", Decision::Deny),
+        ("Allowed requests", Decision::Allow),
+    ] {
+        let rows: Vec<_> = summaries
+            .iter()
+            .filter(|s| s.decision == decision)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        println!("{title}:");
+        println!(
+            "  {:<16} {:<36} {:<24} {:<24} {:>6}  LAST SEEN",
+            "SANDBOX", "HOST", "REASON", "RULE", "COUNT"
+        );
+        for s in rows {
+            println!(
+                "  {:<16} {:<36} {:<24} {:<24} {:>6}  {}",
+                s.sandbox,
+                format!("{}:{}", s.host, s.port),
+                s.reason.code(),
+                s.rule_id.as_deref().unwrap_or("-"),
+                s.count,
+                s.last_seen
+            );
+            for mp in &s.methods_paths {
+                println!("      {} {} ×{}", mp.method, mp.path, mp.count);
+            }
+        }
+        println!();
+    }
+    if summaries.is_empty() {
+        println!("no decisions recorded yet");
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,218 @@
+//! `capgate create`, `capgate ls`, `capgate rm`: sandbox records and their provisioned rules.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use capgate_policy::store::{SandboxGrants, SandboxRecord};
+use capgate_resolve::Plan;
+use capgate_spec::caps::Capability;
+use capgate_spec::caps::network::NetworkPolicy;
+use serde::Serialize;
+
+use crate::kits::{self, read_kits};
+use crate::lock::{GateMode, gate};
+use crate::state::{SandboxDir, check_sandbox_name, open_store};
+use crate::{exit, resolve};
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// The sandbox's name (a-z, 0-9, `_`, `.`, `-`).
+    pub name: String,
+    /// A kit of the composition (repeatable): exactly one workload and any mixins.
+    #[arg(long = "kit", value_name = "KIT", required = true)]
+    pub kits: Vec<PathBuf>,
+    /// A create-phase arg value (repeatable). A value goes only to kits that declare the arg.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = kits::parse_arg)]
+    pub args: Vec<(String, String)>,
+    /// The lock file (default: `capgate.lock` beside the workload kit).
+    #[arg(long, value_name = "FILE")]
+    pub lock: Option<PathBuf>,
+    /// Approve widenings of the lock and write it.
+    #[arg(long)]
+    pub approve: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    /// The sandbox to remove, with its provisioned rules and its own user rules.
+    name: String,
+}
+
+/// The merged network policy of a composition, if any.
+pub fn network_policy(plan: &Plan) -> Option<&NetworkPolicy> {
+    plan.composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::NetworkPolicy(p)) => Some(p),
+            _ => None,
+        })
+}
+
+/// The credential services a composition declares.
+pub fn credential_services(plan: &Plan) -> Vec<String> {
+    let mut services: Vec<String> = plan
+        .composed
+        .entries
+        .iter()
+        .filter_map(|e| match &e.capability {
+            Some(Capability::Credential(c)) => Some(c.service.clone()),
+            _ => None,
+        })
+        .collect();
+    services.sort();
+    services.dedup();
+    services
+}
+
+/// Where the lock is and what references are relative to.
+pub fn lock_location(
+    kits: &[PathBuf],
+    args: &[(String, String)],
+    explicit: Option<&Path>,
+) -> Result<Option<(PathBuf, PathBuf)>, u8> {
+    let lock_path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => match read_kits(kits, args) {
+            Ok(k) => match k.default_lock_path() {
+                Some(p) => p,
+                None => return Ok(None),
+            },
+            Err(problems) => {
+                for p in problems {
+                    eprintln!("{p}");
+                }
+                return Err(exit::INVALID);
+            }
+        },
+    };
+    let base = lock_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    Ok(Some((lock_path, base)))
+}
+
+/// Resolves, gates against the lock, records the sandbox and provisions its kit rules.
+/// `Err(code)` when it must stop (1 invalid, 2 refused, 4 needs approval).
+pub fn provision(args: &CreateArgs) -> Result<Result<Plan, u8>> {
+    check_sandbox_name(&args.name)?;
+    let (plan, lock_path) = match lock_location(&args.kits, &args.args, args.lock.as_deref()) {
+        Err(code) => return Ok(Err(code)),
+        Ok(None) => {
+            // No workload: let the resolver say so, with every other reason.
+            let code = resolve::plan_kits(&args.kits, &args.args, args.json, None)
+                .err()
+                .unwrap_or(exit::REFUSED);
+            return Ok(Err(code));
+        }
+        Ok(Some((lock_path, base))) => {
+            match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
+                Ok(p) => (p, lock_path),
+                Err(code) => return Ok(Err(code)),
+            }
+        }
+    };
+    let code = gate(
+        &plan,
+        &lock_path,
+        GateMode {
+            approve: args.approve,
+            check: false,
+            json: args.json,
+        },
+    )?;
+    if code != exit::OK {
+        return Ok(Err(code));
+    }
+    let lock_digest = capgate_resolve::digest_of(&std::fs::read(&lock_path)?);
+    let dir = SandboxDir::of(&args.name)?;
+    dir.create()?;
+    dir.write_composition(&plan.composed.descriptor())?;
+    dir.sentinels(&credential_services(&plan))?;
+    let mut store = open_store()?;
+    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan));
+    let record = SandboxRecord::new(
+        args.name.clone(),
+        plan.order().iter().map(|s| (*s).to_owned()).collect(),
+        SandboxGrants::LockDigest(lock_digest),
+    );
+    store.provision_sandbox(record, rules)?;
+    Ok(Ok(plan))
+}
+
+#[derive(Serialize)]
+struct Created<'a> {
+    name: &'a str,
+    kits: Vec<&'a str>,
+    rules: usize,
+}
+
+pub fn create(args: &CreateArgs) -> Result<u8> {
+    let plan = match provision(args)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan)).len();
+    if args.json {
+        let body = Created {
+            name: &args.name,
+            kits: plan.order(),
+            rules,
+        };
+        println!("{}", serde_json::to_string_pretty(&body)?);
+    } else {
+        println!(
+            "created sandbox `{}` from {} ({} kit rules provisioned)",
+            args.name,
+            plan.order().join(", "),
+            rules
+        );
+    }
+    Ok(exit::OK)
+}
+
+pub fn ls(args: &LsArgs) -> Result<u8> {
+    let store = open_store()?;
+    let sandboxes = store.sandboxes()?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "sandboxes": sandboxes }))?
+        );
+    } else if sandboxes.is_empty() {
+        println!("no sandboxes (create one with `capgate create NAME --kit KIT`)");
+    } else {
+        println!("{:<24} {:<9} {:<26} KITS", "NAME", "STATE", "CREATED");
+        for s in sandboxes {
+            println!(
+                "{:<24} {:<9} {:<26} {}",
+                s.name,
+                s.state.as_str(),
+                s.created_at.to_string(),
+                s.kits.join(", ")
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+pub fn rm(args: &RmArgs) -> Result<u8> {
+    let mut store = open_store()?;
+    let removed = store.remove_sandbox(&args.name)?;
+    SandboxDir::of(&args.name)?.remove()?;
+    println!(
+        "removed sandbox `{}` and its {} rules",
+        args.name,
+        removed.rules.len()
+    );
+    Ok(exit::OK)
+}

@@ -1,0 +1,150 @@
+//! Where capgate keeps things: the data directory, the policy store, and per-sandbox state
+//! (the composition it was created with and its credential sentinels).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use capgate_policy::Store;
+use capgate_spec::Descriptor;
+
+/// `$CAPGATE_HOME`, else `$XDG_DATA_HOME/capgate`, else `~/.local/share/capgate`.
+pub fn data_dir() -> Result<PathBuf> {
+    Ok(capgate_policy::store::data_dir()?)
+}
+
+pub fn open_store() -> Result<Store> {
+    let path = data_dir()?.join("policy.db");
+    Store::open(&path).with_context(|| format!("cannot open the policy store `{}`", path.display()))
+}
+
+/// `[a-z0-9][a-z0-9_.-]{0,62}`: a sandbox name is also a hostname and a directory name.
+pub fn check_sandbox_name(name: &str) -> Result<()> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_.-".contains(c));
+    if !ok {
+        bail!(
+            "sandbox name `{name}` must be 1 to 63 of a-z, 0-9, `_`, `.`, `-`, starting with a letter or digit"
+        );
+    }
+    Ok(())
+}
+
+/// A sandbox's own directory: `<data>/sandboxes/<name>/`, mode 0700.
+#[derive(Debug, Clone)]
+pub struct SandboxDir {
+    pub dir: PathBuf,
+}
+
+impl SandboxDir {
+    pub fn of(name: &str) -> Result<SandboxDir> {
+        check_sandbox_name(name)?;
+        Ok(SandboxDir {
+            dir: data_dir()?.join("sandboxes").join(name),
+        })
+    }
+
+    pub fn create(&self) -> Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .with_context(|| format!("cannot create `{}`", self.dir.display()))
+    }
+
+    fn composition_path(&self) -> PathBuf {
+        self.dir.join("composition.json")
+    }
+
+    fn sentinels_path(&self) -> PathBuf {
+        self.dir.join("sentinels.json")
+    }
+
+    /// The merged effective descriptor the sandbox was created with.
+    pub fn write_composition(&self, d: &Descriptor) -> Result<()> {
+        write_private(&self.composition_path(), &serde_json::to_vec_pretty(d)?)
+    }
+
+    #[expect(dead_code, reason = "read by `capgate gateway` and `capgate env`, which come next")]
+    pub fn read_composition(&self) -> Result<Descriptor> {
+        let path = self.composition_path();
+        let bytes = fs::read(&path).with_context(|| {
+            format!(
+                "cannot read `{}`: was the sandbox created with `capgate create`?",
+                path.display()
+            )
+        })?;
+        let loaded = capgate_spec::load(
+            &bytes,
+            &capgate_spec::Options {
+                profile: capgate_spec::Profile::Effective,
+                ..capgate_spec::Options::default()
+            },
+        );
+        match loaded.valid() {
+            Some(d) => Ok(d.clone()),
+            None => bail!(
+                "`{}` is not a valid composition: recreate the sandbox",
+                path.display()
+            ),
+        }
+    }
+
+    /// The sandbox's sentinels, by credential service (minted once, kept across recreates).
+    pub fn sentinels(&self, services: &[String]) -> Result<BTreeMap<String, String>> {
+        let path = self.sentinels_path();
+        let mut map: BTreeMap<String, String> = match fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .with_context(|| format!("`{}` is not valid", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", path.display())),
+        };
+        let mut changed = false;
+        for s in services {
+            if !map.contains_key(s) {
+                map.insert(s.clone(), capgate_gateway::secrets::mint_sentinel(s)?);
+                changed = true;
+            }
+        }
+        if changed {
+            write_private(&path, &serde_json::to_vec_pretty(&map)?)?;
+        }
+        Ok(map)
+    }
+
+    pub fn remove(&self) -> Result<()> {
+        match fs::remove_dir_all(&self.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove `{}`", self.dir.display())),
+        }
+    }
+}
+
+/// Writes a file readable by its owner only, atomically.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot write `{}`", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path).with_context(|| format!("cannot write `{}`", path.display()))
+}

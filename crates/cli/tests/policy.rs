@@ -1,0 +1,390 @@
+//! `capgate create/ls/rm` and `capgate policy …` through the real binary, against a real
+//! SQLite store in a temporary `CAPGATE_HOME`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use capgate_policy::audit::{AuditEvent, AuditWriter};
+use capgate_policy::{Decision, Phase, Reason};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+
+struct Home {
+    tmp: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("kit")).unwrap();
+        Home { tmp }
+    }
+
+    fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    fn kit(&self, name: &str, text: &str) {
+        std::fs::create_dir_all(self.dir().join(name)).unwrap();
+        std::fs::write(self.dir().join(name).join("kit.yaml"), text).unwrap();
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(self.dir())
+            .env("CAPGATE_HOME", self.dir().join("home"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> (i32, serde_json::Value) {
+        let out = self.run(args);
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                text(&out),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code().unwrap(), v)
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const EXAMPLE_KIT: &str = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [example.com]}}\n";
+
+#[test]
+fn the_seed_example_holds() {
+    let h = Home::new();
+    h.kit("kit", EXAMPLE_KIT);
+    let out = h.run(&["create", "m101-kit", "--kit", "kit"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let (code, v) = h.json(&["policy", "ls", "--source", "kit", "--json"]);
+    assert_eq!(code, 0);
+    let rules = v["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    let r = &rules[0];
+    assert_eq!(r["name"], "kit:m101-kit");
+    assert_eq!(r["scope"], "sandbox:m101-kit");
+    assert_eq!(r["decision"], "allow");
+    assert_eq!(r["resources"], serde_json::json!(["example.com"]));
+    assert_eq!(r["editable"], false);
+    assert_eq!(r["created_via"], "provisioned");
+    assert_eq!(r["resource_type"], "network");
+
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "example.com",
+        "--sandbox",
+        "m101-kit",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["allowed"], true);
+    assert_eq!(v["reason"], "allowed_by_rule");
+    assert_eq!(v["rule"]["name"], "kit:m101-kit");
+    assert_eq!(v["context"], "sandbox:m101-kit");
+    // Another sandbox does not get this kit's grant.
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "example.com",
+        "--sandbox",
+        "other",
+        "--json",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["deny_kind"], "implicit");
+    assert_eq!(v["reason"], "no_matching_allow");
+    assert!(v["rule"].is_null());
+}
+
+#[test]
+fn deny_wins_across_sources_and_unmatched_is_implicit() {
+    let h = Home::new();
+    h.kit(
+        "kit",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [example.com], deny: [tracker.example.net]}}\n",
+    );
+    assert_eq!(
+        h.run(&["create", "s1", "--kit", "kit"]).status.code(),
+        Some(0)
+    );
+
+    // A user deny beats a kit allow…
+    assert_eq!(
+        h.run(&[
+            "policy",
+            "deny",
+            "network",
+            "example.com",
+            "--sandbox",
+            "s1"
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "https://example.com/x",
+        "--sandbox",
+        "s1",
+        "--json",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(v["deny_kind"], "explicit");
+    assert_eq!(v["reason"], "denied_by_rule");
+    assert_eq!(v["rule"]["source"], "user");
+    // …and a kit deny beats a user allow, even a global one.
+    assert_eq!(
+        h.run(&["policy", "allow", "network", "tracker.example.net"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "tracker.example.net:443",
+        "--sandbox",
+        "s1",
+        "--json",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(v["rule"]["source"], "kit");
+    assert_eq!(v["rule"]["name"], "kit:s1:deny");
+    // The user allow does work where no deny applies.
+    let (code, _) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "tracker.example.net",
+        "--sandbox",
+        "s2",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    // An unmatched host is an implicit deny.
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "10.1.2.3",
+        "--sandbox",
+        "s1",
+        "--json",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(v["deny_kind"], "implicit");
+}
+
+#[test]
+fn provisioned_rules_cannot_be_removed_and_recreate_replaces_them_atomically() {
+    let h = Home::new();
+    h.kit("kit", EXAMPLE_KIT);
+    assert_eq!(
+        h.run(&["create", "s", "--kit", "kit"]).status.code(),
+        Some(0)
+    );
+    let out = h.run(&[
+        "policy",
+        "rm",
+        "--resource",
+        "example.com",
+        "--sandbox",
+        "s",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains(
+            "provisioned from kit for sandbox `s`; remove the sandbox or change its kits"
+        ),
+        "{}",
+        text(&out)
+    );
+
+    // A user rule scoped to the sandbox survives a recreate; the kit rules are replaced.
+    assert_eq!(
+        h.run(&["policy", "deny", "network", "bad.example", "--sandbox", "s"])
+            .status
+            .code(),
+        Some(0)
+    );
+    h.kit(
+        "kit",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n        allow:\n          - {hosts: [api.example.com], methods: [GET], paths: [\"/repos/**\"]}\n",
+    );
+    // The new composition widens the lock: refused without approval, nothing changes.
+    let out = h.run(&["create", "s", "--kit", "kit"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let (_, v) = h.json(&["policy", "ls", "--sandbox", "s", "--json"]);
+    assert!(v.to_string().contains("\"example.com\""));
+    let out = h.run(&["create", "s", "--kit", "kit", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, v) = h.json(&["policy", "ls", "--sandbox", "s", "--json"]);
+    let names: Vec<&str> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["user:bad.example", "kit:s:http"]);
+    let (code, v) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "api.example.com",
+        "--sandbox",
+        "s",
+        "--method",
+        "POST",
+        "--path",
+        "/repos/x",
+        "--json",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(v["reason"], "http_not_allowed");
+    let (code, _) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "https://api.example.com/repos/x",
+        "--sandbox",
+        "s",
+        "--method",
+        "GET",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+
+    // rm takes the sandbox's rules with it.
+    let out = h.run(&["rm", "s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, v) = h.json(&["policy", "ls", "--json"]);
+    assert!(v["rules"].as_array().unwrap().is_empty());
+    let (_, v) = h.json(&["ls", "--json"]);
+    assert!(v["sandboxes"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn presets_are_not_deny_rules() {
+    let h = Home::new();
+    h.kit("kit", EXAMPLE_KIT);
+    let out = h.run(&["policy", "init", "deny-all"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).contains("only a deny rule beats them"));
+    assert_eq!(
+        h.run(&["create", "s", "--kit", "kit"]).status.code(),
+        Some(0)
+    );
+    let (code, _) = h.json(&[
+        "policy",
+        "check",
+        "network",
+        "example.com",
+        "--sandbox",
+        "s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "a kit allow applies under deny-all");
+    let out = h.run(&["policy", "init", "balanced"]);
+    assert_eq!(out.status.code(), Some(0));
+    let (code, v) = h.json(&["policy", "check", "network", "api.anthropic.com", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["rule"]["source"], "default");
+    let (code, _) = h.json(&["policy", "check", "network", "exfil.example", "--json"]);
+    assert_eq!(code, 2);
+    let out = h.run(&["policy", "init", "sideways"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = h.run(&["policy", "allow", "network", "bad host"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("is not a host pattern"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn policy_log_groups_decisions_per_host_with_methods_and_paths() {
+    let h = Home::new();
+    let db = h.dir().join("home/policy.db");
+    // The store is created by the first command.
+    assert_eq!(h.run(&["policy", "ls"]).status.code(), Some(0));
+    let writer = AuditWriter::spawn(&db).unwrap();
+    let event = |host: &str, method: Option<&str>, path: Option<&str>, decision, reason| {
+        let mut e = AuditEvent::new("s1", host, 443, decision, reason);
+        e.phase = Some(Phase::Runtime);
+        e.method = method.map(str::to_owned);
+        e.path = path.map(str::to_owned);
+        e
+    };
+    for _ in 0..3 {
+        writer.record(event(
+            "api.example.com",
+            Some("GET"),
+            Some("/repos/x?token=secret"),
+            Decision::Allow,
+            Reason::AllowedByRule,
+        ));
+    }
+    writer.record(event(
+        "api.example.com",
+        Some("POST"),
+        Some("/repos/x"),
+        Decision::Deny,
+        Reason::HttpNotAllowed,
+    ));
+    writer.record(event(
+        "evil.example",
+        None,
+        None,
+        Decision::Deny,
+        Reason::NoMatchingAllow,
+    ));
+    writer.flush().unwrap();
+    let (code, v) = h.json(&["policy", "log", "--sandbox", "s1", "--json"]);
+    assert_eq!(code, 0);
+    let hosts = v["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 3, "{v}");
+    let allowed = hosts.iter().find(|h| h["decision"] == "allow").unwrap();
+    assert_eq!(allowed["count"], 3);
+    assert_eq!(
+        allowed["methods_paths"][0]["path"], "/repos/x",
+        "no query string is ever stored"
+    );
+    assert!(!v.to_string().contains("secret"));
+    let out = h.run(&["policy", "log"]);
+    let t = text(&out);
+    assert!(
+        t.contains("Blocked requests:")
+            && t.contains("evil.example:443")
+            && t.contains("http_not_allowed"),
+        "{t}"
+    );
+    assert!(t.contains("POST /repos/x"), "{t}");
+}

@@ -1,0 +1,12 @@
+//! capgate-gateway: the sandbox's only way out. It applies the policy to every connection
+//! and request, intercepts TLS where a rule needs to see requests, swaps credential
+//! sentinels for real secrets only where granted, and never connects to a blocked address.
+#![forbid(unsafe_code)]
+
+pub mod secrets;
+
+pub mod tls;
+
+pub mod addr;
+
+pub mod h1;

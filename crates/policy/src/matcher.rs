@@ -1,0 +1,856 @@
+//! The decision function. [`Matcher::compile`] turns a rule set into maps once;
+//! [`Matcher::decide`] answers a query with a few lookups, never a scan over the rules.
+//!
+//! Layout: rules are partitioned by scope (the global rules, then one index per sandbox).
+//! In each index, host names are keys of one map whose value lists the rules naming that
+//! name exactly, as `*.name` and as `**.name`; a query for `a.b.example.com` looks up the
+//! host itself (exact), its parent `b.example.com` (one label below, any depth) and every
+//! further suffix (any depth). Addresses and networks are keyed by (prefix length, masked
+//! address), looked up once per prefix length present. `*` and `**` sit in a short list
+//! every query reads. Port, phase and protocol are checked on the few candidates found.
+//!
+//! Semantics (deny always wins, across every scope and source; see `decide`):
+//! - a rule applies when its scope applies to the query's sandbox, its phase is unset or
+//!   the query's, and its protocol is `any` or the query's (a deny rule for either
+//!   protocol also applies to a query for `any`, which asks about both);
+//! - an *unbounded* rule (no methods, no paths) speaks about the whole connection; a
+//!   *bounded* rule only about the HTTP requests it matches;
+//! - among several matching rules of the category that decides, the first in the order
+//!   given to `compile` is the deciding rule.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::decision::{DenyKind, HttpRequest, Query, Reason, RuleRef, Target, Verdict};
+use crate::path::{GlobError, PathError, PathGlob, normalize_path};
+use crate::pattern::{
+    HostForm, HostPattern, PatternError, PortSpec, is_canonical_host, normalize_host,
+};
+use crate::rule::{Decision, Method, Phase, Protocol, ResourceType, Rule, Scope, Source};
+
+/// Why (part of) a rule could not be compiled. An allow rule with any problem is left out
+/// entirely; a deny rule keeps every resource that parsed, and a method or path list it
+/// cannot read is read as every method or every path (a malformed rule never allows, and
+/// a malformed deny never denies less than what it clearly names).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("resource `{resource}` is malformed")]
+    Resource {
+        resource: String,
+        #[source]
+        source: PatternError,
+    },
+    #[error("path `{path}` is malformed")]
+    Path {
+        path: String,
+        #[source]
+        source: GlobError,
+    },
+    #[error("the rule names no resources")]
+    NoResources,
+    #[error("the rule states an empty method list")]
+    EmptyMethods,
+    #[error("the rule states an empty path list")]
+    EmptyPaths,
+    #[error("the rule set holds more rules than one matcher can index")]
+    TooManyRules,
+}
+
+/// A method set as bits, in the order of [`Method::ALL`]; `ANY` sets every bit.
+type MethodSet = u16;
+const EVERY_METHOD: MethodSet = (1 << Method::ALL.len()) - 1;
+
+fn method_bit(method: Method) -> MethodSet {
+    let index = match method {
+        Method::Get => 0,
+        Method::Head => 1,
+        Method::Post => 2,
+        Method::Put => 3,
+        Method::Patch => 4,
+        Method::Delete => 5,
+        Method::Options => 6,
+        Method::Trace => 7,
+        Method::Connect => 8,
+        Method::Any => 9,
+    };
+    1 << index
+}
+
+/// `None` (not about methods) and any list holding `ANY` cover every method, extension
+/// methods included (a query's `ANY` stands for an extension method).
+fn method_set(methods: Option<&[Method]>) -> MethodSet {
+    match methods {
+        None => EVERY_METHOD,
+        Some(list) if list.contains(&Method::Any) => EVERY_METHOD,
+        Some(list) => list.iter().fold(0, |set, m| set | method_bit(*m)),
+    }
+}
+
+/// What a compiled rule keeps beyond its index entries.
+#[derive(Debug)]
+struct CompiledRule {
+    rule: RuleRef,
+    methods: MethodSet,
+    /// `None` for every path.
+    paths: Option<Box<[PathGlob]>>,
+}
+
+impl CompiledRule {
+    fn matches_request(&self, method: MethodSet, path: &str) -> bool {
+        self.methods & method != 0
+            && self
+                .paths
+                .as_deref()
+                .is_none_or(|globs| globs.iter().any(|g| g.matches(path)))
+    }
+}
+
+/// One (rule, resource) pair in an index, with what is needed to filter it without
+/// touching the rule.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Position among the compiled rules (the order rules were given).
+    rule: u32,
+    port: PortSpec,
+    phase: Option<Phase>,
+    protocol: Protocol,
+    decision: Decision,
+    bounded: bool,
+}
+
+impl Entry {
+    fn applies(&self, query: &Query) -> bool {
+        self.port.matches(query.port)
+            && self.phase.is_none_or(|p| p == query.phase)
+            && (self.protocol == Protocol::Any
+                || self.protocol == query.protocol
+                || (self.decision == Decision::Deny && query.protocol == Protocol::Any))
+    }
+}
+
+/// The rules naming one host name, by how they name it.
+#[derive(Debug, Default)]
+struct NameEntries {
+    exact: Vec<Entry>,
+    one_label_below: Vec<Entry>,
+    any_depth_below: Vec<Entry>,
+}
+
+/// Addresses and networks of one family, keyed by (prefix length, masked address).
+#[derive(Debug, Default)]
+struct NetworkIndex {
+    /// The distinct prefix lengths present, ascending.
+    prefixes: Vec<u8>,
+    nets: HashMap<(u8, u128), Vec<Entry>>,
+}
+
+impl NetworkIndex {
+    fn insert(&mut self, bits: u8, addr: u128, prefix: u8, entry: Entry) {
+        if let Err(at) = self.prefixes.binary_search(&prefix) {
+            self.prefixes.insert(at, prefix);
+        }
+        self.nets
+            .entry((prefix, mask(addr, bits, prefix)))
+            .or_default()
+            .push(entry);
+    }
+
+    fn visit(&self, bits: u8, addr: u128, f: &mut impl FnMut(&Entry)) {
+        for &prefix in &self.prefixes {
+            if let Some(entries) = self.nets.get(&(prefix, mask(addr, bits, prefix))) {
+                entries.iter().for_each(&mut *f);
+            }
+        }
+    }
+}
+
+/// Keeps the top `prefix` bits of an address `bits` wide (stored in the low bits).
+fn mask(addr: u128, bits: u8, prefix: u8) -> u128 {
+    let width = u32::from(bits);
+    let keep = u32::from(prefix.min(bits));
+    let all = u128::MAX.checked_shr(128 - width).unwrap_or(0);
+    let host_bits = all.checked_shr(keep).unwrap_or(0);
+    addr & all & !host_bits
+}
+
+/// The rules of one scope.
+#[derive(Debug, Default)]
+struct Index {
+    names: HashMap<Box<str>, NameEntries>,
+    /// `*` and `**`.
+    everything: Vec<Entry>,
+    v4: NetworkIndex,
+    v6: NetworkIndex,
+}
+
+impl Index {
+    fn insert(&mut self, pattern: &HostPattern, entry: Entry) {
+        fn at<'a>(
+            names: &'a mut HashMap<Box<str>, NameEntries>,
+            name: &str,
+        ) -> &'a mut NameEntries {
+            names.entry(name.into()).or_default()
+        }
+        match &pattern.host {
+            HostForm::Exact(h) => at(&mut self.names, h).exact.push(entry),
+            HostForm::OneLabelBelow(s) => at(&mut self.names, s).one_label_below.push(entry),
+            HostForm::AnyDepthBelow(s) => at(&mut self.names, s).any_depth_below.push(entry),
+            HostForm::Everything => self.everything.push(entry),
+            HostForm::Network(IpNet::V4(n)) => {
+                self.v4.insert(
+                    32,
+                    u128::from(u32::from(n.network())),
+                    n.prefix_len(),
+                    entry,
+                );
+            }
+            HostForm::Network(IpNet::V6(n)) => {
+                self.v6
+                    .insert(128, u128::from(n.network()), n.prefix_len(), entry);
+            }
+        }
+    }
+
+    /// Calls `f` on every entry whose host part covers `target` (port, phase and protocol
+    /// are the caller's to check).
+    fn visit(&self, target: &CanonicalTarget<'_>, f: &mut impl FnMut(&Entry)) {
+        match target {
+            CanonicalTarget::Host(host) => {
+                let host: &str = host;
+                if let Some(n) = self.names.get(host) {
+                    n.exact.iter().for_each(&mut *f);
+                }
+                let mut rest = host;
+                let mut parent = true;
+                while let Some(dot) = rest.find('.') {
+                    rest = &rest[dot + 1..];
+                    if let Some(n) = self.names.get(rest) {
+                        if parent {
+                            n.one_label_below.iter().for_each(&mut *f);
+                        }
+                        n.any_depth_below.iter().for_each(&mut *f);
+                    }
+                    parent = false;
+                }
+            }
+            CanonicalTarget::Ip(IpAddr::V4(v4)) => self.v4.visit(32, u128::from(u32::from(*v4)), f),
+            CanonicalTarget::Ip(IpAddr::V6(v6)) => self.v6.visit(128, u128::from(*v6), f),
+        }
+        self.everything.iter().for_each(f);
+    }
+
+    fn shrink(&mut self) {
+        self.names.shrink_to_fit();
+        for n in self.names.values_mut() {
+            n.exact.shrink_to_fit();
+            n.one_label_below.shrink_to_fit();
+            n.any_depth_below.shrink_to_fit();
+        }
+        self.everything.shrink_to_fit();
+        self.v4.nets.shrink_to_fit();
+        self.v6.nets.shrink_to_fit();
+    }
+}
+
+/// The target in the form rules are indexed by.
+#[derive(Debug)]
+enum CanonicalTarget<'a> {
+    Host(Cow<'a, str>),
+    Ip(IpAddr),
+}
+
+impl CanonicalTarget<'_> {
+    fn from_target(target: &Target) -> Result<CanonicalTarget<'_>, PatternError> {
+        match target {
+            Target::Ip(ip) => Ok(CanonicalTarget::Ip(ip.to_canonical())),
+            Target::Host(h) if is_canonical_host(h) => Ok(CanonicalTarget::Host(Cow::Borrowed(h))),
+            Target::Host(h) => match h.parse::<IpAddr>() {
+                Ok(ip) => Ok(CanonicalTarget::Ip(ip.to_canonical())),
+                Err(_) => normalize_host(h).map(|n| CanonicalTarget::Host(Cow::Owned(n))),
+            },
+        }
+    }
+
+    /// `host`, `10.0.0.1` or `2001:db8::1`.
+    fn name(&self) -> String {
+        match self {
+            CanonicalTarget::Host(h) => h.to_string(),
+            CanonicalTarget::Ip(ip) => ip.to_string(),
+        }
+    }
+
+    /// `host:443`, `10.0.0.1:22` or `[2001:db8::1]:443`.
+    fn with_port(&self, port: u16) -> String {
+        match self {
+            CanonicalTarget::Ip(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+            _ => format!("{}:{port}", self.name()),
+        }
+    }
+}
+
+/// For each category of matching rule, the first (lowest position) found.
+#[derive(Debug, Default)]
+struct Tally {
+    unbounded_deny: Option<u32>,
+    unbounded_allow: Option<u32>,
+    /// Bounded rules whose resources match the target (whatever the request).
+    bounded_deny_host: Option<u32>,
+    bounded_allow_host: Option<u32>,
+    /// Bounded rules that also match the request's method and path.
+    bounded_deny_request: Option<u32>,
+    bounded_allow_request: Option<u32>,
+}
+
+fn keep_first(slot: &mut Option<u32>, rule: u32) {
+    if slot.is_none_or(|s| rule < s) {
+        *slot = Some(rule);
+    }
+}
+
+fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn source_label(source: Source) -> &'static str {
+    match source {
+        Source::Kit => "kit",
+        Source::User => "user",
+        Source::Default => "default",
+    }
+}
+
+fn protocol_label(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+        Protocol::Any => "non-tcp",
+    }
+}
+
+/// A rule set compiled for deciding. Cheap to share between threads (`Send + Sync`, no
+/// interior mutability); rebuild it when the rules change.
+#[derive(Debug)]
+pub struct Matcher {
+    rules: Vec<CompiledRule>,
+    global: Index,
+    sandboxes: HashMap<Box<str>, Index>,
+}
+
+impl Matcher {
+    /// Compiles `rules`, leaving out inactive ones; see [`Matcher::compile_report`] for the
+    /// rules that could not be read.
+    pub fn compile(rules: &[Rule]) -> Matcher {
+        Matcher::compile_report(rules).0
+    }
+
+    /// Compiles `rules` and reports every problem found, as (rule id, problem). An allow
+    /// rule with a problem is left out; a deny rule is kept as wide as it can be read (see
+    /// [`RuleError`]).
+    pub fn compile_report(rules: &[Rule]) -> (Matcher, Vec<(String, RuleError)>) {
+        let mut matcher = Matcher {
+            rules: Vec::new(),
+            global: Index::default(),
+            sandboxes: HashMap::new(),
+        };
+        let mut problems = Vec::new();
+        for rule in rules {
+            if !rule.active {
+                continue;
+            }
+            match rule.resource_type {
+                ResourceType::Network => {}
+            }
+            let Ok(position) = u32::try_from(matcher.rules.len()) else {
+                problems.push((rule.id.clone(), RuleError::TooManyRules));
+                break;
+            };
+            let mut errors = Vec::new();
+            if rule.resources.is_empty() {
+                errors.push(RuleError::NoResources);
+            }
+            let mut patterns = Vec::with_capacity(rule.resources.len());
+            for resource in &rule.resources {
+                match HostPattern::parse(resource) {
+                    Ok(p) => patterns.push(p),
+                    Err(source) => errors.push(RuleError::Resource {
+                        resource: resource.clone(),
+                        source,
+                    }),
+                }
+            }
+            let mut methods = method_set(rule.methods.as_deref());
+            if methods == 0 {
+                errors.push(RuleError::EmptyMethods);
+            }
+            let mut paths_readable = true;
+            let mut paths = rule.paths.as_ref().map(|list| {
+                if list.is_empty() {
+                    errors.push(RuleError::EmptyPaths);
+                    paths_readable = false;
+                }
+                let mut globs = Vec::with_capacity(list.len());
+                for path in list {
+                    match PathGlob::compile(path) {
+                        Ok(g) => globs.push(g),
+                        Err(source) => {
+                            errors.push(RuleError::Path {
+                                path: path.clone(),
+                                source,
+                            });
+                            paths_readable = false;
+                        }
+                    }
+                }
+                globs.into_boxed_slice()
+            });
+            if !errors.is_empty() {
+                problems.extend(errors.into_iter().map(|e| (rule.id.clone(), e)));
+                match rule.decision {
+                    Decision::Allow => continue,
+                    Decision::Deny => {
+                        if methods == 0 {
+                            methods = EVERY_METHOD;
+                        }
+                        if !paths_readable {
+                            paths = None;
+                        }
+                    }
+                }
+            }
+            let entry = Entry {
+                rule: position,
+                port: PortSpec::Any,
+                phase: rule.phase,
+                protocol: rule.protocol,
+                decision: rule.decision,
+                bounded: rule.is_bounded(),
+            };
+            let index = match &rule.scope {
+                Scope::Global => &mut matcher.global,
+                Scope::Sandbox(name) => matcher.sandboxes.entry(name.as_str().into()).or_default(),
+            };
+            for pattern in &patterns {
+                index.insert(
+                    pattern,
+                    Entry {
+                        port: pattern.port,
+                        ..entry
+                    },
+                );
+            }
+            matcher.rules.push(CompiledRule {
+                rule: RuleRef {
+                    id: rule.id.clone(),
+                    name: rule.name.clone(),
+                    source: rule.source,
+                },
+                methods,
+                paths,
+            });
+        }
+        matcher.global.shrink();
+        for index in matcher.sandboxes.values_mut() {
+            index.shrink();
+        }
+        (matcher, problems)
+    }
+
+    /// How many rules were compiled (active, and not left out as malformed).
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Decides one query. Never panics; a failure while deciding is a denial
+    /// (`internal_error`), a target that is not a valid host name is `invalid_target`.
+    ///
+    /// Connection (`http: None`): an unbounded deny matching target and port denies
+    /// (explicit); else, when bounded rules need the traffic inspected (a bounded deny
+    /// matches, or only bounded allows grant the host) and the protocol is not TCP, it is
+    /// refused (`inspection_required`); else an unbounded allow allows, with `inspect` set
+    /// when a bounded deny also matches; else a bounded allow allows with `inspect`; else
+    /// default deny.
+    ///
+    /// Request (`http: Some`): unbounded deny; then, when bounded rules judge the path (a
+    /// bounded deny matches the host, or no unbounded allow does and a bounded allow
+    /// does), an ambiguous path is refused (`ambiguous_path`; `malformed_request` for one
+    /// that is not a path at all); bounded deny matching method and path; unbounded allow;
+    /// bounded allow matching method and path; `http_not_allowed` when a bounded allow
+    /// matched only the host; else default deny.
+    pub fn decide(&self, query: &Query) -> Verdict {
+        let target = match CanonicalTarget::from_target(&query.target) {
+            Ok(t) => t,
+            Err(e) => {
+                return Verdict::refused(
+                    Reason::InvalidTarget,
+                    format!("cannot judge the target: {e}"),
+                );
+            }
+        };
+        let request = query.http.as_ref();
+        let method = request.map_or(0, |r| method_bit(r.method));
+        let mut tally = Tally::default();
+        let mut path: Option<Result<Cow<'_, str>, PathError>> = None;
+        let mut broken = false;
+        let mut consider = |entry: &Entry| {
+            if !entry.applies(query) {
+                return;
+            }
+            let (host_slot, request_slot) = match (entry.bounded, entry.decision) {
+                (false, Decision::Deny) => {
+                    return keep_first(&mut tally.unbounded_deny, entry.rule);
+                }
+                (false, Decision::Allow) => {
+                    return keep_first(&mut tally.unbounded_allow, entry.rule);
+                }
+                (true, Decision::Deny) => (
+                    &mut tally.bounded_deny_host,
+                    &mut tally.bounded_deny_request,
+                ),
+                (true, Decision::Allow) => (
+                    &mut tally.bounded_allow_host,
+                    &mut tally.bounded_allow_request,
+                ),
+            };
+            keep_first(host_slot, entry.rule);
+            let Some(request) = request else {
+                return;
+            };
+            let Some(rule) = usize::try_from(entry.rule)
+                .ok()
+                .and_then(|i| self.rules.get(i))
+            else {
+                broken = true;
+                return;
+            };
+            if let Ok(p) = path.get_or_insert_with(|| normalize_path(&request.path))
+                && rule.matches_request(method, p)
+            {
+                keep_first(request_slot, entry.rule);
+            }
+        };
+        self.global.visit(&target, &mut consider);
+        if let Some(name) = &query.sandbox
+            && let Some(index) = self.sandboxes.get(name.as_str())
+        {
+            index.visit(&target, &mut consider);
+        }
+        if broken {
+            return internal_error("a rule index points past the rules");
+        }
+        match request {
+            None => self.decide_connection(query, &target, &tally),
+            Some(request) => self.decide_request(&target, request, &tally, path),
+        }
+    }
+
+    fn decide_connection(
+        &self,
+        query: &Query,
+        target: &CanonicalTarget<'_>,
+        tally: &Tally,
+    ) -> Verdict {
+        let shown = target.with_port(query.port);
+        if let Some(rule) = tally.unbounded_deny {
+            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
+                format!(
+                    "`{shown}` is denied by rule `{}` ({})",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        let inspected_for = first_of(
+            tally.bounded_deny_host,
+            tally
+                .unbounded_allow
+                .map_or(tally.bounded_allow_host, |_| None),
+        );
+        if let Some(rule) = inspected_for
+            && query.protocol != Protocol::Tcp
+        {
+            let protocol = protocol_label(query.protocol);
+            return self.by_rule(rule, Decision::Deny, Reason::InspectionRequired, false, |r| {
+                format!(
+                    "`{shown}` has rules that judge HTTP requests (rule `{}`), and {protocol} traffic cannot be inspected",
+                    r.name
+                )
+            });
+        }
+        if let Some(rule) = tally.unbounded_allow {
+            let inspect = inspected_for.is_some();
+            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, inspect, |r| {
+                let inspected = if inspect {
+                    "; its requests are inspected"
+                } else {
+                    ""
+                };
+                format!(
+                    "`{shown}` is allowed by rule `{}` ({}){inspected}",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        if let Some(rule) = tally.bounded_allow_host {
+            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, true, |r| {
+                format!(
+                    "`{shown}` is allowed for some HTTP requests by rule `{}` ({}); its requests are inspected",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        Verdict::refused(
+            Reason::NoMatchingAllow,
+            format!("no rule allows `{shown}` (default deny)"),
+        )
+    }
+
+    fn decide_request(
+        &self,
+        target: &CanonicalTarget<'_>,
+        request: &HttpRequest,
+        tally: &Tally,
+        path: Option<Result<Cow<'_, str>, PathError>>,
+    ) -> Verdict {
+        let shown = format!(
+            "`{} {}` on `{}`",
+            request.method,
+            request.path,
+            target.name()
+        );
+        if let Some(rule) = tally.unbounded_deny {
+            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
+                format!(
+                    "{shown} is denied by rule `{}` ({})",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        let judged = tally.bounded_deny_host.is_some()
+            || (tally.unbounded_allow.is_none() && tally.bounded_allow_host.is_some());
+        if judged {
+            let path = path.unwrap_or_else(|| normalize_path(&request.path));
+            if let Err(e) = path {
+                let reason = match e {
+                    PathError::Ambiguous { .. } => Reason::AmbiguousPath,
+                    PathError::NotAbsolute { .. }
+                    | PathError::InvalidEscape { .. }
+                    | PathError::ForbiddenCharacter { .. } => Reason::MalformedRequest,
+                };
+                return Verdict::refused(reason, format!("{shown} is refused: {e}"));
+            }
+        }
+        if let Some(rule) = tally.bounded_deny_request {
+            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
+                format!(
+                    "{shown} is denied by rule `{}` ({})",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        if let Some(rule) = tally.unbounded_allow.or(tally.bounded_allow_request) {
+            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, false, |r| {
+                format!(
+                    "{shown} is allowed by rule `{}` ({})",
+                    r.name,
+                    source_label(r.source)
+                )
+            });
+        }
+        if tally.bounded_allow_host.is_some() {
+            return Verdict::refused(
+                Reason::HttpNotAllowed,
+                format!("{shown} is not among the requests its rules allow"),
+            );
+        }
+        Verdict::refused(
+            Reason::NoMatchingAllow,
+            format!("no rule allows `{}` (default deny)", target.name()),
+        )
+    }
+
+    /// A verdict decided by the rule at `position` (an explicit denial only when the rule
+    /// is a deny rule that matched, `denied_by_rule`).
+    fn by_rule(
+        &self,
+        position: u32,
+        decision: Decision,
+        reason: Reason,
+        inspect: bool,
+        message: impl FnOnce(&RuleRef) -> String,
+    ) -> Verdict {
+        let Some(compiled) = usize::try_from(position)
+            .ok()
+            .and_then(|i| self.rules.get(i))
+        else {
+            return internal_error("a rule index points past the rules");
+        };
+        Verdict {
+            decision,
+            deny_kind: match (decision, reason) {
+                (Decision::Allow, _) => None,
+                (Decision::Deny, Reason::DeniedByRule) => Some(DenyKind::Explicit),
+                (Decision::Deny, _) => Some(DenyKind::Implicit),
+            },
+            reason,
+            rule: Some(compiled.rule.clone()),
+            message: message(&compiled.rule),
+            inspect,
+        }
+    }
+}
+
+fn internal_error(what: &str) -> Verdict {
+    Verdict::refused(
+        Reason::InternalError,
+        format!("deciding failed ({what}); refusing"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        reason = "tests"
+    )]
+
+    use super::*;
+    use crate::rule::CreatedVia;
+
+    fn rule(id: &str, decision: Decision, resources: &[&str]) -> Rule {
+        Rule {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            scope: Scope::Global,
+            resource_type: ResourceType::Network,
+            decision,
+            resources: resources.iter().map(|s| (*s).to_owned()).collect(),
+            methods: None,
+            paths: None,
+            protocol: Protocol::Any,
+            phase: None,
+            source: Source::User,
+            created_via: CreatedVia::Added,
+            editable: true,
+            active: true,
+            created_at: "2026-01-01T00:00:00Z".to_owned(),
+        }
+    }
+
+    fn connect(host: &str, port: u16) -> Query {
+        Query {
+            sandbox: None,
+            phase: Phase::Runtime,
+            target: Target::Host(host.to_owned()),
+            port,
+            protocol: Protocol::Tcp,
+            http: None,
+        }
+    }
+
+    fn request(host: &str, method: Method, path: &str) -> Query {
+        Query {
+            http: Some(HttpRequest {
+                method,
+                path: path.to_owned(),
+            }),
+            ..connect(host, 443)
+        }
+    }
+
+    #[test]
+    fn masks_addresses() {
+        assert_eq!(mask(0xFFFF_FFFF, 32, 8), 0xFF00_0000);
+        assert_eq!(mask(0xFFFF_FFFF, 32, 0), 0);
+        assert_eq!(mask(0xFFFF_FFFF, 32, 32), 0xFFFF_FFFF);
+        assert_eq!(mask(u128::MAX, 128, 0), 0);
+        assert_eq!(mask(u128::MAX, 128, 128), u128::MAX);
+        assert_eq!(mask(u128::MAX, 128, 1), 1 << 127);
+    }
+
+    #[test]
+    fn method_sets() {
+        assert_eq!(method_set(None), EVERY_METHOD);
+        assert_eq!(method_set(Some(&[Method::Any])), EVERY_METHOD);
+        assert_eq!(method_set(Some(&[])), 0);
+        let get = method_set(Some(&[Method::Get]));
+        assert_ne!(get & method_bit(Method::Get), 0);
+        assert_eq!(get & method_bit(Method::Post), 0);
+        assert_eq!(get & method_bit(Method::Any), 0);
+    }
+
+    #[test]
+    fn messages() {
+        let mut deny = rule("kit:m1:deny", Decision::Deny, &["api.example.com"]);
+        deny.source = Source::Kit;
+        let m = Matcher::compile(&[deny]);
+        let v = m.decide(&connect("api.example.com", 443));
+        assert_eq!(
+            v.message,
+            "`api.example.com:443` is denied by rule `kit:m1:deny` (kit)"
+        );
+        let v = m.decide(&connect("evil.example.com", 443));
+        assert_eq!(
+            v.message,
+            "no rule allows `evil.example.com:443` (default deny)"
+        );
+
+        let mut bounded = rule("b", Decision::Allow, &["api.example.com"]);
+        bounded.methods = Some(vec![Method::Get]);
+        let m = Matcher::compile(&[bounded]);
+        let v = m.decide(&request("api.example.com", Method::Post, "/repos/x"));
+        assert_eq!(
+            v.message,
+            "`POST /repos/x` on `api.example.com` is not among the requests its rules allow"
+        );
+        assert_eq!(v.reason, Reason::HttpNotAllowed);
+    }
+
+    #[test]
+    fn malformed_allow_is_left_out_and_malformed_deny_kept() {
+        let allow = rule("a", Decision::Allow, &["good.example", "bad host"]);
+        let deny = rule("d", Decision::Deny, &["other.example", "bad host"]);
+        let (m, problems) = Matcher::compile_report(&[allow, deny]);
+        assert_eq!(problems.len(), 2);
+        assert_eq!(problems[0].0, "a");
+        assert!(matches!(problems[0].1, RuleError::Resource { .. }));
+        assert!(!m.decide(&connect("good.example", 443)).is_allowed());
+        let v = m.decide(&connect("other.example", 443));
+        assert_eq!(v.reason, Reason::DeniedByRule);
+    }
+
+    #[test]
+    fn unnormalized_and_invalid_targets() {
+        let m = Matcher::compile(&[rule(
+            "a",
+            Decision::Allow,
+            &["bücher.example", "10.0.0.0/8"],
+        )]);
+        assert!(m.decide(&connect("B\u{fc}cher.Example.", 443)).is_allowed());
+        assert!(
+            m.decide(&connect("xn--bcher-kva.example", 443))
+                .is_allowed()
+        );
+        assert!(m.decide(&connect("10.1.2.3", 443)).is_allowed());
+        let v = m.decide(&connect("bad host", 443));
+        assert_eq!(v.reason, Reason::InvalidTarget);
+        assert!(!v.is_allowed());
+    }
+
+    #[test]
+    fn matcher_is_shareable() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Matcher>();
+    }
+}
