@@ -1,6 +1,7 @@
 //! `capgate`: the command-line front of the capability gate. It parses arguments, calls the
 //! libraries, formats output and maps outcomes to exit codes; nothing else.
 
+mod gateway;
 mod kitref;
 mod kits;
 mod lock;
@@ -71,6 +72,18 @@ enum Command {
     /// Rules, decisions and the audit log: init, ls, allow, deny, rm, check, log.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Run a sandbox's gateway in the foreground: an HTTP proxy that enforces its rules
+    /// (also useful on its own, as a policy proxy for any program).
+    Gateway(gateway::GatewayArgs),
+    /// Print the environment a sandbox's workload receives (proxy, CA and credential
+    /// sentinels), one `NAME=value` per line.
+    Env(gateway::EnvArgs),
+    /// The capgate CA that signs intercepted hosts' certificates.
+    #[command(subcommand)]
+    Ca(gateway::CaCommand),
+    /// Host-side secrets bound to credential services: set (from stdin), ls, rm.
+    #[command(subcommand)]
+    Secret(gateway::SecretCommand),
     /// Print the JSON Schema of the kit descriptor (generated from capgate's own types).
     Schema,
 }
@@ -96,6 +109,10 @@ fn main() -> ExitCode {
         Command::Ls(args) => sandbox::ls(&args),
         Command::Rm(args) => sandbox::rm(&args),
         Command::Policy(cmd) => policy::run(&cmd),
+        Command::Gateway(args) => gateway::run_gateway(&args),
+        Command::Env(args) => gateway::env_command(&args),
+        Command::Ca(cmd) => gateway::ca_command(&cmd),
+        Command::Secret(cmd) => gateway::secret_command(&cmd),
         Command::Schema => print_schema(),
     };
     match result {

@@ -72,7 +72,6 @@ impl SandboxDir {
         write_private(&self.composition_path(), &serde_json::to_vec_pretty(d)?)
     }
 
-    #[expect(dead_code, reason = "read by `capgate gateway` and `capgate env`, which come next")]
     pub fn read_composition(&self) -> Result<Descriptor> {
         let path = self.composition_path();
         let bytes = fs::read(&path).with_context(|| {

@@ -9,4 +9,7 @@ pub mod tls;
 
 pub mod addr;
 
+pub mod broker;
 pub mod h1;
+pub mod proxy;
+pub mod respond;

@@ -20,6 +20,9 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -59,6 +62,95 @@ pub enum RuleError {
     TooManyRules,
 }
 
+/// The hash of the matcher's maps: a folded multiply (as in `foldhash`) keyed by a random
+/// seed per matcher. Several times faster than SipHash on short host names; the seed keeps
+/// rule authors from choosing colliding names ahead of time.
+#[derive(Debug, Clone, Copy)]
+struct Seeded {
+    seed: u64,
+}
+
+impl Seeded {
+    fn new() -> Seeded {
+        Seeded {
+            seed: RandomState::new().build_hasher().finish() | 1,
+        }
+    }
+}
+
+impl Default for Seeded {
+    fn default() -> Seeded {
+        Seeded::new()
+    }
+}
+
+impl BuildHasher for Seeded {
+    type Hasher = FoldHasher;
+
+    fn build_hasher(&self) -> FoldHasher {
+        FoldHasher {
+            acc: self.seed,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FoldHasher {
+    acc: u64,
+    seed: u64,
+}
+
+const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.acc = folded_multiply(self.acc ^ u64::from_le_bytes(word), MULTIPLIER);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.acc = folded_multiply(
+                self.acc ^ u64::from_le_bytes(word),
+                MULTIPLIER ^ rest.len() as u64,
+            );
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.acc = folded_multiply(self.acc ^ i, MULTIPLIER);
+    }
+
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        folded_multiply(self.acc, self.seed)
+    }
+}
+
+type Map<K, V> = HashMap<K, V, Seeded>;
+
 /// A method set as bits, in the order of [`Method::ALL`]; `ANY` sets every bit.
 type MethodSet = u16;
 const EVERY_METHOD: MethodSet = (1 << Method::ALL.len()) - 1;
@@ -93,6 +185,8 @@ fn method_set(methods: Option<&[Method]>) -> MethodSet {
 #[derive(Debug)]
 struct CompiledRule {
     rule: RuleRef,
+    /// "rule `NAME` (SOURCE)", as messages name it.
+    label: Box<str>,
     methods: MethodSet,
     /// `None` for every path.
     paths: Option<Box<[PathGlob]>>,
@@ -144,7 +238,7 @@ struct NameEntries {
 struct NetworkIndex {
     /// The distinct prefix lengths present, ascending.
     prefixes: Vec<u8>,
-    nets: HashMap<(u8, u128), Vec<Entry>>,
+    nets: Map<(u8, u128), Vec<Entry>>,
 }
 
 impl NetworkIndex {
@@ -179,7 +273,7 @@ fn mask(addr: u128, bits: u8, prefix: u8) -> u128 {
 /// The rules of one scope.
 #[derive(Debug, Default)]
 struct Index {
-    names: HashMap<Box<str>, NameEntries>,
+    names: Map<Box<str>, NameEntries>,
     /// `*` and `**`.
     everything: Vec<Entry>,
     v4: NetworkIndex,
@@ -188,10 +282,7 @@ struct Index {
 
 impl Index {
     fn insert(&mut self, pattern: &HostPattern, entry: Entry) {
-        fn at<'a>(
-            names: &'a mut HashMap<Box<str>, NameEntries>,
-            name: &str,
-        ) -> &'a mut NameEntries {
+        fn at<'a>(names: &'a mut Map<Box<str>, NameEntries>, name: &str) -> &'a mut NameEntries {
             names.entry(name.into()).or_default()
         }
         match &pattern.host {
@@ -225,8 +316,8 @@ impl Index {
                 }
                 let mut rest = host;
                 let mut parent = true;
-                while let Some(dot) = rest.find('.') {
-                    rest = &rest[dot + 1..];
+                while let Some(dot) = rest.bytes().position(|b| b == b'.') {
+                    rest = rest.get(dot + 1..).unwrap_or_default();
                     if let Some(n) = self.names.get(rest) {
                         if parent {
                             n.one_label_below.iter().for_each(&mut *f);
@@ -274,21 +365,38 @@ impl CanonicalTarget<'_> {
         }
     }
 
-    /// `host`, `10.0.0.1` or `2001:db8::1`.
-    fn name(&self) -> String {
-        match self {
-            CanonicalTarget::Host(h) => h.to_string(),
-            CanonicalTarget::Ip(ip) => ip.to_string(),
+    /// Appends `host`, `10.0.0.1` or `2001:db8::1`, or with a port `host:443`,
+    /// `10.0.0.1:22` or `[2001:db8::1]:443`.
+    fn push_to(&self, out: &mut String, port: Option<u16>) {
+        // Writing to a `String` cannot fail.
+        let _ = match (self, port) {
+            (CanonicalTarget::Host(h), _) => {
+                out.push_str(h);
+                Ok(())
+            }
+            (CanonicalTarget::Ip(IpAddr::V6(v6)), Some(_)) => write!(out, "[{v6}]"),
+            (CanonicalTarget::Ip(ip), _) => write!(out, "{ip}"),
+        };
+        if let Some(port) = port {
+            out.push(':');
+            push_decimal(out, port);
         }
     }
+}
 
-    /// `host:443`, `10.0.0.1:22` or `[2001:db8::1]:443`.
-    fn with_port(&self, port: u16) -> String {
-        match self {
-            CanonicalTarget::Ip(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
-            _ => format!("{}:{port}", self.name()),
+fn push_decimal(out: &mut String, n: u16) {
+    let mut digits = [0u8; 5];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
+    digits[i..].iter().for_each(|d| out.push(char::from(*d)));
 }
 
 /// For each category of matching rule, the first (lowest position) found.
@@ -325,21 +433,13 @@ fn source_label(source: Source) -> &'static str {
     }
 }
 
-fn protocol_label(protocol: Protocol) -> &'static str {
-    match protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Any => "non-tcp",
-    }
-}
-
 /// A rule set compiled for deciding. Cheap to share between threads (`Send + Sync`, no
 /// interior mutability); rebuild it when the rules change.
 #[derive(Debug)]
 pub struct Matcher {
     rules: Vec<CompiledRule>,
     global: Index,
-    sandboxes: HashMap<Box<str>, Index>,
+    sandboxes: Map<Box<str>, Index>,
 }
 
 impl Matcher {
@@ -356,7 +456,7 @@ impl Matcher {
         let mut matcher = Matcher {
             rules: Vec::new(),
             global: Index::default(),
-            sandboxes: HashMap::new(),
+            sandboxes: Map::default(),
         };
         let mut problems = Vec::new();
         for rule in rules {
@@ -445,6 +545,7 @@ impl Matcher {
                 );
             }
             matcher.rules.push(CompiledRule {
+                label: format!("rule `{}` ({})", rule.name, source_label(rule.source)).into(),
                 rule: RuleRef {
                     id: rule.id.clone(),
                     name: rule.name.clone(),
@@ -555,15 +656,20 @@ impl Matcher {
         target: &CanonicalTarget<'_>,
         tally: &Tally,
     ) -> Verdict {
-        let shown = target.with_port(query.port);
+        let mut shown = String::with_capacity(64);
+        shown.push('`');
+        target.push_to(&mut shown, Some(query.port));
+        shown.push('`');
         if let Some(rule) = tally.unbounded_deny {
-            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
-                format!(
-                    "`{shown}` is denied by rule `{}` ({})",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is denied by "];
+            return self.by_rule(
+                rule,
+                Decision::Deny,
+                Reason::DeniedByRule,
+                false,
+                &prefix,
+                "",
+            );
         }
         let inspected_for = first_of(
             tally.bounded_deny_host,
@@ -574,41 +680,54 @@ impl Matcher {
         if let Some(rule) = inspected_for
             && query.protocol != Protocol::Tcp
         {
-            let protocol = protocol_label(query.protocol);
-            return self.by_rule(rule, Decision::Deny, Reason::InspectionRequired, false, |r| {
-                format!(
-                    "`{shown}` has rules that judge HTTP requests (rule `{}`), and {protocol} traffic cannot be inspected",
-                    r.name
-                )
-            });
+            let prefix = [shown.as_str(), " is judged per HTTP request by "];
+            let suffix = match query.protocol {
+                Protocol::Udp => ", and udp traffic cannot be inspected",
+                Protocol::Tcp | Protocol::Any => {
+                    ", and traffic that may not be tcp cannot be inspected"
+                }
+            };
+            return self.by_rule(
+                rule,
+                Decision::Deny,
+                Reason::InspectionRequired,
+                false,
+                &prefix,
+                suffix,
+            );
         }
         if let Some(rule) = tally.unbounded_allow {
             let inspect = inspected_for.is_some();
-            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, inspect, |r| {
-                let inspected = if inspect {
-                    "; its requests are inspected"
-                } else {
-                    ""
-                };
-                format!(
-                    "`{shown}` is allowed by rule `{}` ({}){inspected}",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is allowed by "];
+            let suffix = if inspect {
+                "; its requests are inspected"
+            } else {
+                ""
+            };
+            return self.by_rule(
+                rule,
+                Decision::Allow,
+                Reason::AllowedByRule,
+                inspect,
+                &prefix,
+                suffix,
+            );
         }
         if let Some(rule) = tally.bounded_allow_host {
-            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, true, |r| {
-                format!(
-                    "`{shown}` is allowed for some HTTP requests by rule `{}` ({}); its requests are inspected",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is allowed for some HTTP requests by "];
+            let suffix = "; its requests are inspected";
+            return self.by_rule(
+                rule,
+                Decision::Allow,
+                Reason::AllowedByRule,
+                true,
+                &prefix,
+                suffix,
+            );
         }
         Verdict::refused(
             Reason::NoMatchingAllow,
-            format!("no rule allows `{shown}` (default deny)"),
+            concat(&["no rule allows ", &shown, " (default deny)"]),
         )
     }
 
@@ -619,20 +738,24 @@ impl Matcher {
         tally: &Tally,
         path: Option<Result<Cow<'_, str>, PathError>>,
     ) -> Verdict {
-        let shown = format!(
-            "`{} {}` on `{}`",
-            request.method,
-            request.path,
-            target.name()
-        );
+        let mut shown = String::with_capacity(64 + request.path.len());
+        shown.push('`');
+        shown.push_str(request.method.as_str());
+        shown.push(' ');
+        shown.push_str(&request.path);
+        shown.push_str("` on `");
+        target.push_to(&mut shown, None);
+        shown.push('`');
         if let Some(rule) = tally.unbounded_deny {
-            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
-                format!(
-                    "{shown} is denied by rule `{}` ({})",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is denied by "];
+            return self.by_rule(
+                rule,
+                Decision::Deny,
+                Reason::DeniedByRule,
+                false,
+                &prefix,
+                "",
+            );
         }
         let judged = tally.bounded_deny_host.is_some()
             || (tally.unbounded_allow.is_none() && tally.bounded_allow_host.is_some());
@@ -649,44 +772,52 @@ impl Matcher {
             }
         }
         if let Some(rule) = tally.bounded_deny_request {
-            return self.by_rule(rule, Decision::Deny, Reason::DeniedByRule, false, |r| {
-                format!(
-                    "{shown} is denied by rule `{}` ({})",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is denied by "];
+            return self.by_rule(
+                rule,
+                Decision::Deny,
+                Reason::DeniedByRule,
+                false,
+                &prefix,
+                "",
+            );
         }
         if let Some(rule) = tally.unbounded_allow.or(tally.bounded_allow_request) {
-            return self.by_rule(rule, Decision::Allow, Reason::AllowedByRule, false, |r| {
-                format!(
-                    "{shown} is allowed by rule `{}` ({})",
-                    r.name,
-                    source_label(r.source)
-                )
-            });
+            let prefix = [shown.as_str(), " is allowed by "];
+            return self.by_rule(
+                rule,
+                Decision::Allow,
+                Reason::AllowedByRule,
+                false,
+                &prefix,
+                "",
+            );
         }
         if tally.bounded_allow_host.is_some() {
             return Verdict::refused(
                 Reason::HttpNotAllowed,
-                format!("{shown} is not among the requests its rules allow"),
+                concat(&[&shown, " is not among the requests its rules allow"]),
             );
         }
+        let mut host = String::with_capacity(64);
+        target.push_to(&mut host, None);
         Verdict::refused(
             Reason::NoMatchingAllow,
-            format!("no rule allows `{}` (default deny)", target.name()),
+            concat(&["no rule allows `", &host, "` (default deny)"]),
         )
     }
 
-    /// A verdict decided by the rule at `position` (an explicit denial only when the rule
-    /// is a deny rule that matched, `denied_by_rule`).
+    /// A verdict decided by the rule at `position`, its message `prefix`, the rule's label
+    /// and `suffix` (an explicit denial only when the rule is a deny rule that matched,
+    /// `denied_by_rule`).
     fn by_rule(
         &self,
         position: u32,
         decision: Decision,
         reason: Reason,
         inspect: bool,
-        message: impl FnOnce(&RuleRef) -> String,
+        prefix: &[&str],
+        suffix: &str,
     ) -> Verdict {
         let Some(compiled) = usize::try_from(position)
             .ok()
@@ -694,6 +825,12 @@ impl Matcher {
         else {
             return internal_error("a rule index points past the rules");
         };
+        let mut message = String::with_capacity(
+            prefix.iter().map(|p| p.len()).sum::<usize>() + compiled.label.len() + suffix.len(),
+        );
+        prefix.iter().for_each(|p| message.push_str(p));
+        message.push_str(&compiled.label);
+        message.push_str(suffix);
         Verdict {
             decision,
             deny_kind: match (decision, reason) {
@@ -703,10 +840,16 @@ impl Matcher {
             },
             reason,
             rule: Some(compiled.rule.clone()),
-            message: message(&compiled.rule),
+            message,
             inspect,
         }
     }
+}
+
+fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    parts.iter().for_each(|p| out.push_str(p));
+    out
 }
 
 fn internal_error(what: &str) -> Verdict {

@@ -139,10 +139,10 @@ fn is_canonical(path: &str) -> bool {
     {
         return false;
     }
-    let mut segments = rest.split('/').peekable();
+    let mut segments = rest.as_bytes().split(|&b| b == b'/').peekable();
     while let Some(segment) = segments.next() {
         let last = segments.peek().is_none();
-        if (segment.is_empty() && !last) || segment == "." || segment == ".." {
+        if (segment.is_empty() && !last) || segment == b"." || segment == b".." {
             return false;
         }
     }

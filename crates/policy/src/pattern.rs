@@ -154,21 +154,23 @@ fn reads_as_number(label: &str) -> bool {
 /// processing (labels starting `xn--` need it, so they are never judged canonical here).
 /// When this is true, `normalize_host(host) == Ok(host)`.
 pub(crate) fn is_canonical_host(host: &str) -> bool {
-    if host.is_empty() || host.len() > MAX_NAME {
+    let bytes = host.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_NAME {
         return false;
     }
-    let mut last = "";
-    for label in host.split('.') {
+    let mut last: &[u8] = &[];
+    for label in bytes.split(|&b| b == b'.') {
         if label.is_empty()
             || label.len() > MAX_LABEL
-            || label.starts_with("xn--")
-            || !label.bytes().all(|b| is_name_char(char::from(b)))
+            || label.starts_with(b"xn--")
+            || !label.iter().all(|&b| is_name_char(char::from(b)))
         {
             return false;
         }
         last = label;
     }
-    !reads_as_number(last)
+    // `last` holds name characters only, so it is ASCII.
+    !reads_as_number(std::str::from_utf8(last).unwrap_or("0"))
 }
 
 /// Which ports a pattern covers.

@@ -324,7 +324,8 @@ fn parse_alpn(data: &[u8]) -> Result<Vec<String>, TlsError> {
     Ok(protocols)
 }
 
-/// Whether the SNI a client sent names the host of the CONNECT authority it asked for.
+/// Whether the SNI a client sent names the host of the CONNECT authority it asked for
+/// (`authority_host` is the authority without its port).
 ///
 /// Names compare without ASCII case and without a trailing dot; an authority host may be an
 /// IPv6 literal in brackets. An SNI that is an IP literal counts as no SNI, as in rustls
@@ -488,6 +489,26 @@ mod tests {
         assert!(matches!(
             peek_sni(&wire),
             Err(TlsError::ClientHelloTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn complete_hello_ending_past_the_peek_limit_is_refused() {
+        // 3000 bytes of hello in one-byte records: 18000 bytes on the wire, all present.
+        let sni = sni_ext(b"far.example");
+        let base = handshake(&hello_body(Some(&sni))).len() + 4;
+        let ext = [sni.clone(), extension(21, &vec![0; 3000 - base])].concat();
+        let message = handshake(&hello_body(Some(&ext)));
+        assert_eq!(message.len(), 3000);
+        let wire = records(&message, 1);
+        assert!(matches!(
+            peek_sni(&wire),
+            Err(TlsError::ClientHelloTooLarge { .. })
+        ));
+        // The same hello in one record is fine.
+        assert!(matches!(
+            peek_sni(&records(&message, 4000)).unwrap(),
+            SniPeek::Hello { .. }
         ));
     }
 

@@ -1,0 +1,328 @@
+//! `capgate gateway`, `capgate env`, `capgate ca path`, `capgate secret`: the gateway in
+//! the foreground, the environment a sandbox's workload receives, and host-side secrets.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use capgate_gateway::addr::{AddressGuard, DangerousMapping, SystemResolver};
+use capgate_gateway::broker::Broker;
+use capgate_gateway::proxy::{Gateway, GatewayConfig, Limits, PhaseSwitch, PolicyView};
+use capgate_gateway::secrets::SecretStore;
+use capgate_gateway::tls::{CertificateAuthority, upstream_client_config};
+use capgate_policy::audit::AuditWriter;
+use capgate_policy::store::RuleFilter;
+use capgate_policy::{Decision, Matcher, Phase, Rule};
+use capgate_spec::caps::Capability;
+use clap::Subcommand;
+
+use crate::exit;
+use crate::state::{SandboxDir, data_dir, open_store};
+
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// The sandbox whose rules and credentials apply (created with `capgate create`).
+    #[arg(long)]
+    pub sandbox: String,
+    /// Where to accept HTTP proxy connections (CONNECT and absolute-form).
+    #[arg(long, default_value = "127.0.0.1:3128")]
+    pub listen: SocketAddr,
+    /// Extra PEM roots to trust for upstream TLS (a corporate proxy's CA, a test CA).
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Map a name onto an address, bypassing DNS and the address guard for that name only
+    /// (for tests and local development; logged loudly).
+    #[arg(long = "dangerously-resolve", value_name = "HOST=IP")]
+    pub dangerously_resolve: Vec<DangerousMapping>,
+    /// The grant phase to enforce.
+    #[arg(long, default_value = "runtime", value_parser = parse_phase)]
+    pub phase: Phase,
+}
+
+fn parse_phase(s: &str) -> Result<Phase, String> {
+    Phase::parse(s).ok_or_else(|| format!("`{s}` is not `install` or `runtime`"))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EnvArgs {
+    /// The sandbox.
+    pub name: String,
+    /// The gateway address the environment points at.
+    #[arg(long, default_value = "127.0.0.1:3128")]
+    pub proxy: SocketAddr,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CaCommand {
+    /// Print the path of the capgate CA certificate (created on first use).
+    Path,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Store the secret for SERVICE, read from standard input (never from the command line).
+    Set { service: String },
+    /// List the services that have a secret (names only).
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the secret for SERVICE.
+    Rm { service: String },
+}
+
+pub fn secrets() -> Result<SecretStore> {
+    Ok(SecretStore::new(data_dir()?.join("secrets.json")))
+}
+
+pub fn ca() -> Result<CertificateAuthority> {
+    let dir = data_dir()?.join("ca");
+    CertificateAuthority::load_or_create(&dir)
+        .with_context(|| format!("cannot load the capgate CA in `{}`", dir.display()))
+}
+
+pub fn ca_command(cmd: &CaCommand) -> Result<u8> {
+    match cmd {
+        CaCommand::Path => {
+            println!("{}", ca()?.cert_path().display());
+            Ok(exit::OK)
+        }
+    }
+}
+
+pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
+    let store = secrets()?;
+    match cmd {
+        SecretCommand::Set { service } => {
+            let mut value = String::new();
+            std::io::stdin()
+                .read_to_string(&mut value)
+                .context("cannot read the secret from standard input")?;
+            store.set(service, &value)?;
+            println!("stored the secret for `{service}`");
+        }
+        SecretCommand::Ls { json } => {
+            let services = store.services()?;
+            if *json {
+                println!("{}", serde_json::json!({ "services": services }));
+            } else if services.is_empty() {
+                println!("no secrets (add one with `capgate secret set SERVICE < file`)");
+            } else {
+                for s in services {
+                    println!("{s}");
+                }
+            }
+        }
+        SecretCommand::Rm { service } => {
+            if !store.remove(service)? {
+                bail!("no secret is stored for `{service}`");
+            }
+            println!("removed the secret for `{service}`");
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// The credentials of a sandbox's composition.
+fn credentials(dir: &SandboxDir) -> Result<Vec<capgate_spec::caps::credential::Credential>> {
+    let d = dir.read_composition()?;
+    Ok(d.declared_entries()
+        .into_iter()
+        .filter_map(|(_, e)| match &e.capability {
+            Some(Capability::Credential(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .collect())
+}
+
+fn rules_for(sandbox: &str) -> Result<Vec<Rule>> {
+    Ok(open_store()?.rules(&RuleFilter {
+        sandbox: Some(sandbox.to_owned()),
+        source: None,
+        decision: None,
+    })?)
+}
+
+/// The IP ranges user rules open explicitly (the only way past the address guard).
+fn explicit_openings(rules: &[Rule]) -> Vec<ipnet::IpNet> {
+    rules
+        .iter()
+        .filter(|r| r.decision == Decision::Allow && r.source == capgate_policy::Source::User)
+        .flat_map(|r| r.resources.iter())
+        .filter_map(|res| {
+            let bare = res.trim_start_matches('[');
+            let bare = bare.split(']').next().unwrap_or(bare);
+            bare.parse::<ipnet::IpNet>().ok().or_else(|| {
+                bare.parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(ipnet::IpNet::from)
+            })
+        })
+        .collect()
+}
+
+/// Everything the gateway of `sandbox` needs, from the store and the sandbox's state.
+pub fn config(
+    sandbox: &str,
+    upstream_ca: Option<&std::path::Path>,
+    mappings: Vec<DangerousMapping>,
+    phase: Phase,
+) -> Result<GatewayConfig> {
+    capgate_gateway::tls::install_crypto_provider();
+    let dir = SandboxDir::of(sandbox)?;
+    let creds = credentials(&dir)?;
+    let services: Vec<String> = creds.iter().map(|c| c.service.clone()).collect();
+    let sentinels = dir.sentinels(&services)?;
+    let broker = Broker::new(&creds, &sentinels, secrets()?.all()?);
+    let rules = rules_for(sandbox)?;
+    for m in &mappings {
+        eprintln!(
+            "capgate: WARNING: --dangerously-resolve maps `{m}`: that name bypasses DNS and the address guard"
+        );
+    }
+    let guard = AddressGuard::new(explicit_openings(&rules))?.with_dangerous_mappings(mappings);
+    let extra = match upstream_ca {
+        Some(p) => {
+            Some(std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?)
+        }
+        None => None,
+    };
+    let audit = AuditWriter::spawn(&data_dir()?.join("policy.db"))?;
+    Ok(GatewayConfig {
+        sandbox: sandbox.to_owned(),
+        policy: Arc::new(PolicyView::new(Matcher::compile(&rules))),
+        phase: Arc::new(PhaseSwitch::new(phase)),
+        guard,
+        resolver: Arc::new(SystemResolver),
+        ca: Some(ca()?),
+        upstream_tls: upstream_client_config(extra.as_deref())?,
+        broker,
+        audit: Some(Arc::new(audit)),
+        limits: Limits::default(),
+    })
+}
+
+/// Keeps the gateway's rules current: the user may add a deny while the sandbox runs.
+pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
+    std::thread::spawn(move || {
+        let mut last: Option<Vec<Rule>> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let Ok(rules) = rules_for(&sandbox) else {
+                continue;
+            };
+            if last.as_ref() != Some(&rules) {
+                view.replace(Matcher::compile(&rules));
+                last = Some(rules);
+            }
+        }
+    });
+}
+
+pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
+    let cfg = config(
+        &args.sandbox,
+        args.upstream_ca.as_deref(),
+        args.dangerously_resolve.clone(),
+        args.phase,
+    )?;
+    let view = Arc::clone(&cfg.policy);
+    watch_rules(args.sandbox.clone(), view);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        eprintln!(
+            "capgate gateway for sandbox `{}` on http://{} (phase {}); Ctrl-C to stop",
+            args.sandbox,
+            listener.local_addr()?,
+            args.phase
+        );
+        let gw = Gateway::new(cfg);
+        tokio::select! {
+            r = gw.serve_http(listener) => r.context("the gateway stopped"),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })?;
+    Ok(exit::OK)
+}
+
+/// The proxy, CA and credential variables a workload gets.
+pub fn workload_env(
+    sandbox: &str,
+    proxy: &str,
+    ca_bundle: &str,
+) -> Result<BTreeMap<String, String>> {
+    let dir = SandboxDir::of(sandbox)?;
+    let creds = credentials(&dir)?;
+    let services: Vec<String> = creds.iter().map(|c| c.service.clone()).collect();
+    let sentinels = dir.sentinels(&services)?;
+    let mut env = BTreeMap::new();
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        env.insert(name.to_owned(), proxy.to_owned());
+    }
+    env.insert("NO_PROXY".to_owned(), String::new());
+    env.insert("no_proxy".to_owned(), String::new());
+    for name in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+        "CURL_CA_BUNDLE",
+    ] {
+        env.insert(name.to_owned(), ca_bundle.to_owned());
+    }
+    // Each credential's variable holds the sandbox's sentinel; inject-only credentials add
+    // no variable at all.
+    for c in &creds {
+        if let (Some(name), Some(sentinel)) = (
+            c.api_key.as_ref().and_then(|k| k.env_name()),
+            sentinels.get(&c.service),
+        ) {
+            env.insert(name.to_owned(), sentinel.clone());
+        }
+    }
+    Ok(env)
+}
+
+/// A CA bundle on the host: the system roots plus the capgate CA.
+pub fn host_ca_bundle(sandbox: &str) -> Result<PathBuf> {
+    let ca = ca()?;
+    let mut bundle =
+        std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(ca.cert_pem());
+    let path = SandboxDir::of(sandbox)?.dir.join("ca-bundle.pem");
+    std::fs::write(&path, bundle).with_context(|| format!("cannot write `{}`", path.display()))?;
+    Ok(path)
+}
+
+pub fn env_command(args: &EnvArgs) -> Result<u8> {
+    let bundle = host_ca_bundle(&args.name)?;
+    let env = workload_env(
+        &args.name,
+        &format!("http://{}", args.proxy),
+        &bundle.display().to_string(),
+    )?;
+    for (k, v) in env {
+        println!("{k}={v}");
+    }
+    Ok(exit::OK)
+}

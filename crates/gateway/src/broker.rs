@@ -1,0 +1,362 @@
+//! The credential broker: real secrets are added to requests only where a credential's
+//! inject rules say, in its phase, in the declared header and format; a sentinel seen
+//! anywhere else is an exfiltration attempt and the request is refused.
+
+use std::collections::BTreeMap;
+
+use capgate_policy::Phase;
+use capgate_policy::pattern::normalize_host;
+use capgate_spec::caps::credential::Credential;
+
+use crate::h1::Header;
+use crate::secrets::Secret;
+
+/// One place a secret is added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    pub service: String,
+    pub phase: Phase,
+    /// The inject domain, normalized, port stripped.
+    pub domain: String,
+    /// The header written (`Authorization` by default).
+    pub header: String,
+    /// The value format with one `%s` (`Bearer %s` by default); unused for basic.
+    pub format: String,
+    /// `scheme: basic`: `Basic base64(username:secret)`.
+    pub basic_username: Option<String>,
+}
+
+/// Why a request was refused by the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exfiltration {
+    /// The service whose sentinel was found.
+    pub service: String,
+    /// Where it was found (a header name, or `request target`).
+    pub place: String,
+}
+
+impl Exfiltration {
+    pub fn message(&self, host: &str) -> String {
+        format!(
+            "the `{}` credential's sentinel was sent to `{host}` in {}, where that credential is not injected",
+            self.service, self.place
+        )
+    }
+}
+
+/// The broker of one sandbox.
+#[derive(Clone, Default)]
+pub struct Broker {
+    injections: Vec<Injection>,
+    /// sentinel → service
+    sentinels: Vec<(String, String)>,
+    secrets: BTreeMap<String, Secret>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("injections", &self.injections)
+            .field(
+                "services_with_sentinels",
+                &self.sentinels.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+            )
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Broker {
+    /// Builds the broker from a composition's credentials, the sandbox's sentinels (by
+    /// service) and the host-side secrets (by service).
+    pub fn new(
+        credentials: &[Credential],
+        sentinels: &BTreeMap<String, String>,
+        secrets: BTreeMap<String, Secret>,
+    ) -> Broker {
+        let mut injections = Vec::new();
+        for c in credentials {
+            let Some(api) = &c.api_key else { continue };
+            for phase in &c.phases {
+                for rule in &api.inject {
+                    let domain = rule.domain.split(':').next().unwrap_or_default();
+                    let Ok(domain) = normalize_host(domain) else {
+                        continue;
+                    };
+                    let basic = rule
+                        .scheme
+                        .as_deref()
+                        .is_some_and(|s| s.eq_ignore_ascii_case("basic"));
+                    injections.push(Injection {
+                        service: c.service.clone(),
+                        phase: *phase,
+                        domain,
+                        header: rule.header_or_default().to_owned(),
+                        format: rule.format_or_default().to_owned(),
+                        basic_username: basic.then(|| rule.username.clone().unwrap_or_default()),
+                    });
+                }
+            }
+        }
+        Broker {
+            injections,
+            sentinels: sentinels
+                .iter()
+                .map(|(service, sentinel)| (sentinel.clone(), service.clone()))
+                .collect(),
+            secrets,
+        }
+    }
+
+    /// The injections that apply to `host` (normalized) in `phase`.
+    fn injections_for<'a>(
+        &'a self,
+        host: &'a str,
+        phase: Phase,
+    ) -> impl Iterator<Item = &'a Injection> {
+        self.injections
+            .iter()
+            .filter(move |i| i.phase == phase && i.domain == host)
+    }
+
+    /// Whether requests to `host` must be seen (TLS intercepted) so a secret can be added.
+    pub fn intercepts(&self, host: &str, phase: Phase) -> bool {
+        self.injections_for(host, phase).next().is_some()
+    }
+
+    /// Whether any sentinel exists (so cleartext requests are worth scanning).
+    pub fn has_sentinels(&self) -> bool {
+        !self.sentinels.is_empty()
+    }
+
+    /// Judges and rewrites one request to `host` (normalized, port stripped) in `phase`:
+    /// refuses a sentinel of a credential that is not injected here; then, on a TLS upstream
+    /// only (a secret never travels in clear), writes each applicable credential's header.
+    /// Returns the services injected.
+    pub fn apply(
+        &self,
+        host: &str,
+        phase: Phase,
+        target: &str,
+        headers: &mut Vec<Header>,
+        tls_upstream: bool,
+    ) -> Result<Vec<String>, Exfiltration> {
+        let injected_here: Vec<&Injection> = if tls_upstream {
+            self.injections_for(host, phase)
+                .filter(|i| self.secrets.contains_key(&i.service))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let allowed = |service: &str| injected_here.iter().any(|i| i.service == service);
+        for (sentinel, service) in &self.sentinels {
+            if target.contains(sentinel.as_str()) {
+                return Err(Exfiltration {
+                    service: service.clone(),
+                    place: "the request target".to_owned(),
+                });
+            }
+            for h in headers.iter() {
+                if contains(&h.value, sentinel.as_bytes()) {
+                    let header_is_replaced = injected_here
+                        .iter()
+                        .any(|i| i.service == *service && h.is(&i.header));
+                    if !(allowed(service) && header_is_replaced) {
+                        return Err(Exfiltration {
+                            service: service.clone(),
+                            place: format!("the `{}` header", h.name),
+                        });
+                    }
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for inj in injected_here {
+            let Some(secret) = self.secrets.get(&inj.service) else {
+                continue;
+            };
+            let value = match &inj.basic_username {
+                Some(user) => format!(
+                    "Basic {}",
+                    base64(format!("{user}:{}", secret.expose()).as_bytes())
+                ),
+                None => inj.format.replacen("%s", secret.expose(), 1),
+            };
+            headers.retain(|h| !h.is(&inj.header));
+            headers.push(Header::new(inj.header.clone(), value.into_bytes()));
+            done.push(inj.service.clone());
+        }
+        Ok(done)
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Standard base64 with padding.
+fn base64(input: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(T[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+    use super::*;
+    use capgate_spec::caps::Capability;
+
+    fn credential(yaml: &str) -> Credential {
+        let text = format!(
+            "schemaVersion: \"3\"\nkind: mixin\ncapabilities:\n  - type: com.docker.sandbox/credential@1\n    config:\n{yaml}"
+        );
+        let loaded = capgate_spec::load(
+            text.as_bytes(),
+            &capgate_spec::Options {
+                declarations_only: true,
+                ..Default::default()
+            },
+        );
+        assert!(loaded.is_valid(), "{:?}", loaded.diagnostics);
+        match &loaded.descriptor.unwrap().declared_entries()[0]
+            .1
+            .capability
+        {
+            Some(Capability::Credential(c)) => c.clone(),
+            _ => panic!("credential"),
+        }
+    }
+
+    fn broker() -> Broker {
+        let gh = credential(
+            "      service: github\n      phase: runtime\n      apiKey: {name: GH_TOKEN, inject: [{domain: api.github.com}, {domain: \"uploads.github.com:443\"}]}\n",
+        );
+        let basic = credential(
+            "      service: host\n      phase: [install, runtime]\n      apiKey: {inject: [{domain: git.example.com, scheme: basic, username: agent}]}\n",
+        );
+        let sentinels: BTreeMap<String, String> =
+            [("github".to_owned(), "SENTINEL-GH".to_owned())].into();
+        let secrets: BTreeMap<String, Secret> = [
+            ("github".to_owned(), Secret::new("ghp_real".into())),
+            ("host".to_owned(), Secret::new("pw".into())),
+        ]
+        .into();
+        Broker::new(&[gh, basic], &sentinels, secrets)
+    }
+
+    fn auth(headers: &[Header]) -> Option<String> {
+        headers
+            .iter()
+            .find(|h| h.is("authorization"))
+            .map(|h| String::from_utf8_lossy(&h.value).into_owned())
+    }
+
+    #[test]
+    fn sentinel_is_swapped_on_the_inject_domain() {
+        let b = broker();
+        assert!(b.intercepts("api.github.com", Phase::Runtime));
+        assert!(!b.intercepts("api.github.com", Phase::Install));
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        assert_eq!(
+            b.apply("api.github.com", Phase::Runtime, "/user", &mut h, true)
+                .unwrap(),
+            vec!["github"]
+        );
+        assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
+        let mut h = vec![];
+        b.apply("uploads.github.com", Phase::Runtime, "/", &mut h, true)
+            .unwrap();
+        assert_eq!(
+            auth(&h).as_deref(),
+            Some("Bearer ghp_real"),
+            "inject-only: the header is added"
+        );
+    }
+
+    #[test]
+    fn sentinel_elsewhere_is_exfiltration() {
+        let b = broker();
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        let e = b
+            .apply("evil.example", Phase::Runtime, "/", &mut h, true)
+            .unwrap_err();
+        assert_eq!(e.service, "github");
+        assert!(e.message("evil.example").contains("not injected"));
+        let mut h = vec![Header::new("X-Leak", "SENTINEL-GH")];
+        assert!(
+            b.apply("api.github.com", Phase::Runtime, "/", &mut h, true)
+                .is_err(),
+            "only the injected header may carry it"
+        );
+        let mut h = vec![];
+        assert!(
+            b.apply(
+                "evil.example",
+                Phase::Runtime,
+                "/?t=SENTINEL-GH",
+                &mut h,
+                true
+            )
+            .is_err()
+        );
+        // In the wrong phase the inject domain is just another host.
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        assert!(
+            b.apply("api.github.com", Phase::Install, "/", &mut h, true)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn no_secret_in_clear_and_basic_scheme() {
+        let b = broker();
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        assert!(
+            b.apply("api.github.com", Phase::Runtime, "/", &mut h, false)
+                .is_err(),
+            "never swapped over cleartext"
+        );
+        let mut h = vec![];
+        assert!(
+            b.apply("api.github.com", Phase::Runtime, "/", &mut h, false)
+                .unwrap()
+                .is_empty()
+        );
+        let mut h = vec![];
+        b.apply("git.example.com", Phase::Install, "/", &mut h, true)
+            .unwrap();
+        assert_eq!(auth(&h).as_deref(), Some("Basic YWdlbnQ6cHc="));
+        assert!(!format!("{b:?}").contains("ghp_real"));
+    }
+
+    #[test]
+    fn base64_matches_rfc4648() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+}

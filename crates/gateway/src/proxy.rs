@@ -1,0 +1,1228 @@
+//! The enforcing forward proxy: the sandbox's only way out.
+//!
+//! Per client connection: read one request head strictly ([`crate::h1`]); a `CONNECT`
+//! becomes a tunnel — opaque (after checking the TLS server name against the CONNECT host)
+//! or intercepted with a leaf minted for that host when a rule or a credential needs to see
+//! the requests; an absolute-form request is forwarded. Every connection and every request
+//! is decided by the policy, every address is vetted by the address guard (and only the
+//! vetted address is dialled), credentials are brokered, requests are re-serialized (never
+//! forwarded as raw bytes), and every decision goes to the audit log.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use capgate_policy::audit::{AuditEvent, AuditWriter};
+use capgate_policy::{
+    Decision, HttpRequest, Matcher, Method, Phase, Protocol, Query, Reason, Target, Verdict,
+};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::timeout;
+
+use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
+use crate::broker::Broker;
+use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
+use crate::respond;
+use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
+
+/// The grant phase the gateway enforces; the runner switches it from install to runtime
+/// before the workload starts.
+#[derive(Debug)]
+pub struct PhaseSwitch(AtomicU8);
+
+impl PhaseSwitch {
+    pub fn new(phase: Phase) -> PhaseSwitch {
+        PhaseSwitch(AtomicU8::new(Self::code(phase)))
+    }
+
+    fn code(phase: Phase) -> u8 {
+        match phase {
+            Phase::Install => 0,
+            Phase::Runtime => 1,
+        }
+    }
+
+    pub fn get(&self) -> Phase {
+        if self.0.load(Ordering::Acquire) == 0 {
+            Phase::Install
+        } else {
+            Phase::Runtime
+        }
+    }
+
+    pub fn set(&self, phase: Phase) {
+        self.0.store(Self::code(phase), Ordering::Release);
+    }
+}
+
+/// The compiled rules in force; replaced as a whole when the store changes.
+#[derive(Debug)]
+pub struct PolicyView(RwLock<Arc<Matcher>>);
+
+impl PolicyView {
+    pub fn new(matcher: Matcher) -> PolicyView {
+        PolicyView(RwLock::new(Arc::new(matcher)))
+    }
+
+    pub fn current(&self) -> Option<Arc<Matcher>> {
+        self.0.read().ok().map(|m| Arc::clone(&m))
+    }
+
+    pub fn replace(&self, matcher: Matcher) {
+        if let Ok(mut m) = self.0.write() {
+            *m = Arc::new(matcher);
+        }
+    }
+}
+
+/// Bounds on what one sandbox may cost the gateway.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub h1: h1::Limits,
+    /// Time to receive a complete request head (slowloris).
+    pub head_timeout: Duration,
+    /// Time a kept-alive connection may sit idle between requests.
+    pub idle_timeout: Duration,
+    /// Time to connect to an upstream, and to receive its response head.
+    pub upstream_timeout: Duration,
+    /// Connections open at once for the sandbox.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            h1: h1::Limits::default(),
+            head_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            upstream_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Everything one sandbox's gateway needs.
+pub struct GatewayConfig {
+    pub sandbox: String,
+    pub policy: Arc<PolicyView>,
+    pub phase: Arc<PhaseSwitch>,
+    pub guard: AddressGuard,
+    pub resolver: Arc<dyn Resolve + Send + Sync>,
+    /// The local CA that mints leaves for intercepted hosts; without it, hosts that need
+    /// inspection are refused.
+    pub ca: Option<CertificateAuthority>,
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub broker: Broker,
+    pub audit: Option<Arc<AuditWriter>>,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("sandbox", &self.sandbox)
+            .field("phase", &self.phase.get())
+            .field("intercepts", &self.ca.is_some())
+            .field("broker", &self.broker)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running gateway for one sandbox. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cfg: GatewayConfig,
+    connections: Semaphore,
+}
+
+/// Something a connection can be served over.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Serving stopped on an I/O error (the client was answered where it could be).
+type Served = std::io::Result<()>;
+
+impl Gateway {
+    pub fn new(cfg: GatewayConfig) -> Gateway {
+        let max = cfg.limits.max_connections;
+        Gateway {
+            inner: Arc::new(Inner {
+                cfg,
+                connections: Semaphore::new(max),
+            }),
+        }
+    }
+
+    pub fn phase(&self) -> &PhaseSwitch {
+        &self.inner.cfg.phase
+    }
+
+    /// Accepts HTTP proxy connections (CONNECT and absolute-form) until the listener fails.
+    pub async fn serve_http(&self, listener: TcpListener) -> std::io::Result<()> {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let gw = self.clone();
+            tokio::spawn(async move {
+                gw.client(stream).await;
+            });
+        }
+    }
+
+    async fn client(&self, mut stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let Ok(_permit) = self.inner.connections.try_acquire() else {
+            let body = format!(
+                "capgate refused the connection: sandbox `{}` has {} connections open, the limit\n",
+                self.cfg().sandbox,
+                self.cfg().limits.max_connections
+            );
+            let _ = stream
+                .write_all(&respond::plain(503, Reason::LimitExceeded, &body, true))
+                .await;
+            self.audit_simple("(connection)", 0, Decision::Deny, Reason::LimitExceeded);
+            return;
+        };
+        let _ = self.serve_plain(&mut stream).await;
+        let _ = stream.shutdown().await;
+    }
+
+    fn cfg(&self) -> &GatewayConfig {
+        &self.inner.cfg
+    }
+
+    fn decide(&self, target: &Target, port: u16, http: Option<HttpRequest>) -> Verdict {
+        let query = Query {
+            sandbox: Some(self.cfg().sandbox.clone()),
+            phase: self.cfg().phase.get(),
+            target: target.clone(),
+            port,
+            protocol: Protocol::Tcp,
+            http,
+        };
+        match self.cfg().policy.current() {
+            Some(m) => m.decide(&query),
+            None => Verdict::refused(Reason::InternalError, "the policy could not be read"),
+        }
+    }
+
+    fn audit(&self, event: AuditEvent) {
+        if let Some(a) = &self.cfg().audit {
+            a.record(event);
+        }
+    }
+
+    fn audit_simple(&self, host: &str, port: u16, decision: Decision, reason: Reason) {
+        let mut e = AuditEvent::new(self.cfg().sandbox.clone(), host, port, decision, reason);
+        e.phase = Some(self.cfg().phase.get());
+        self.audit(e);
+    }
+
+    fn audit_verdict(
+        &self,
+        host: &str,
+        port: u16,
+        verdict: &Verdict,
+        http: Option<(&str, &str)>,
+        bytes: (u64, u64),
+    ) {
+        let mut e = AuditEvent::new(
+            self.cfg().sandbox.clone(),
+            host,
+            port,
+            verdict.decision,
+            verdict.reason,
+        );
+        e.phase = Some(self.cfg().phase.get());
+        e.rule_id = verdict.rule.as_ref().map(|r| r.id.clone());
+        if let Some((m, p)) = http {
+            e.method = Some(m.to_owned());
+            e.path = Some(p.to_owned());
+        }
+        e.bytes_up = bytes.0;
+        e.bytes_down = bytes.1;
+        self.audit(e);
+    }
+
+    /// Serves a plain client connection: absolute-form requests until one is a CONNECT.
+    async fn serve_plain(&self, stream: &mut TcpStream) -> Served {
+        let mut buf = Vec::with_capacity(8 * 1024);
+        let mut upstream: Option<Upstream> = None;
+        let mut first = true;
+        loop {
+            let wait = if first {
+                self.cfg().limits.head_timeout
+            } else {
+                self.cfg().limits.idle_timeout
+            };
+            first = false;
+            let Some(head) = self.read_request(stream, &mut buf, wait).await? else {
+                return Ok(());
+            };
+            if head.method == "CONNECT" {
+                let h1::Target::Authority { host, port } = &head.target else {
+                    return Ok(());
+                };
+                let leftover = std::mem::take(&mut buf);
+                return self.connect(stream, host, *port, leftover).await;
+            }
+            let (host, port, path) = match &head.target {
+                h1::Target::Absolute {
+                    scheme,
+                    authority,
+                    path_and_query,
+                } if scheme == "http" => match split_authority(authority, 80) {
+                    Some((h, p)) => (h, p, path_and_query.clone()),
+                    None => {
+                        self.malformed(stream, 400, "the request's authority is not `host[:port]`")
+                            .await?;
+                        return Ok(());
+                    }
+                },
+                h1::Target::Absolute { scheme, .. } => {
+                    let msg = format!(
+                        "capgate forwards `http` requests; send `{scheme}` through CONNECT"
+                    );
+                    self.malformed(stream, 400, &msg).await?;
+                    return Ok(());
+                }
+                _ => {
+                    self.malformed(stream, 400, "capgate is a forward proxy: send absolute-form requests (`GET http://host/path`) or CONNECT").await?;
+                    return Ok(());
+                }
+            };
+            let keep = self
+                .exchange(
+                    stream,
+                    &mut buf,
+                    head,
+                    &host,
+                    port,
+                    &path,
+                    &mut upstream,
+                    None,
+                )
+                .await?;
+            if !keep {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads one request head; `None` on a clean close or idle timeout before any byte.
+    async fn read_request<C: Io>(
+        &self,
+        client: &mut C,
+        buf: &mut Vec<u8>,
+        wait: Duration,
+    ) -> std::io::Result<Option<RequestHead>> {
+        let limits = &self.cfg().limits.h1;
+        loop {
+            if !buf.is_empty() {
+                match h1::parse_request_head(buf, limits) {
+                    Ok(Parsed::Complete { head, consumed }) => {
+                        buf.drain(..consumed);
+                        return Ok(Some(head));
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => {
+                        let reason = if e.status() == 431 || e.status() == 414 {
+                            Reason::LimitExceeded
+                        } else {
+                            Reason::MalformedRequest
+                        };
+                        let body = format!(
+                            "capgate refused a malformed request: {e}\nreason: {}\n",
+                            reason.code()
+                        );
+                        client
+                            .write_all(&respond::plain(e.status(), reason, &body, true))
+                            .await?;
+                        self.audit_simple("(malformed request)", 0, Decision::Deny, reason);
+                        return Ok(None);
+                    }
+                }
+            }
+            let read = timeout(wait, read_more(client, buf)).await;
+            match read {
+                Ok(Ok(0)) if buf.is_empty() => return Ok(None),
+                Ok(Ok(0)) => return Ok(None),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) if buf.is_empty() => return Ok(None),
+                Err(_) => {
+                    let body = "capgate closed the connection: the request head did not arrive in time\nreason: limit_exceeded\n";
+                    client
+                        .write_all(&respond::plain(408, Reason::LimitExceeded, body, true))
+                        .await?;
+                    self.audit_simple("(slow request)", 0, Decision::Deny, Reason::LimitExceeded);
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    async fn malformed<C: Io>(&self, client: &mut C, status: u16, message: &str) -> Served {
+        let body = format!("{message}\nreason: malformed_request\n");
+        client
+            .write_all(&respond::plain(
+                status,
+                Reason::MalformedRequest,
+                &body,
+                true,
+            ))
+            .await?;
+        self.audit_simple(
+            "(malformed request)",
+            0,
+            Decision::Deny,
+            Reason::MalformedRequest,
+        );
+        Ok(())
+    }
+
+    /// Vets `host:port` with the address guard (off the async workers: resolution blocks).
+    async fn vet(&self, host: &str, port: u16) -> Result<SocketAddr, AddrRefusal> {
+        let gw = self.clone();
+        let h = host.to_owned();
+        match tokio::task::spawn_blocking(move || {
+            gw.cfg().guard.vet(&h, port, gw.cfg().resolver.as_ref())
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(AddrRefusal::NoAddress {
+                host: host.to_owned(),
+            }),
+        }
+    }
+
+    /// The answer for an address the guard refused (403) or could not resolve (502).
+    fn address_refusal(&self, refusal: &AddrRefusal, host: &str, port: u16) -> (Vec<u8>, Verdict) {
+        match refusal.reason() {
+            Some(reason) => {
+                let verdict = Verdict::refused(reason, refusal.message());
+                (
+                    respond::refusal(
+                        &verdict,
+                        &self.cfg().sandbox,
+                        &format!("{host}:{port}"),
+                        true,
+                    ),
+                    verdict,
+                )
+            }
+            None => {
+                let verdict = Verdict::refused(Reason::InvalidTarget, refusal.message());
+                let body = format!(
+                    "capgate could not reach {host}:{port}: {}\n",
+                    refusal.message()
+                );
+                (
+                    respond::plain(502, Reason::InvalidTarget, &body, true),
+                    verdict,
+                )
+            }
+        }
+    }
+
+    /// `CONNECT host:port`: decide, vet, then tunnel opaquely or intercept.
+    async fn connect(
+        &self,
+        client: &mut TcpStream,
+        raw_host: &str,
+        port: u16,
+        leftover: Vec<u8>,
+    ) -> Served {
+        let Some(target) = target_of(raw_host) else {
+            let verdict = Verdict::refused(
+                Reason::InvalidTarget,
+                format!("`{raw_host}` is not a host capgate can judge"),
+            );
+            client
+                .write_all(&respond::refusal(
+                    &verdict,
+                    &self.cfg().sandbox,
+                    &format!("CONNECT {raw_host}:{port}"),
+                    true,
+                ))
+                .await?;
+            self.audit_verdict(raw_host, port, &verdict, None, (0, 0));
+            return Ok(());
+        };
+        let host = target_name(&target);
+        let verdict = self.decide(&target, port, None);
+        if !verdict.is_allowed() {
+            client
+                .write_all(&respond::refusal(
+                    &verdict,
+                    &self.cfg().sandbox,
+                    &format!("CONNECT {host}:{port}"),
+                    true,
+                ))
+                .await?;
+            self.audit_verdict(&host, port, &verdict, None, (0, 0));
+            return Ok(());
+        }
+        let phase = self.cfg().phase.get();
+        // A sandbox holding credential sentinels has all its TLS inspected, so that a
+        // sentinel sent to any host is seen (and refused); without sentinels, hosts granted
+        // outright are tunnelled opaquely.
+        let broker = &self.cfg().broker;
+        let intercept =
+            verdict.inspect || broker.intercepts(&host, phase) || broker.has_sentinels();
+        if intercept && self.cfg().ca.is_none() {
+            let v = Verdict::refused(
+                Reason::InspectionRequired,
+                format!(
+                    "only some requests to `{host}` are granted and this gateway cannot inspect TLS"
+                ),
+            );
+            client
+                .write_all(&respond::refusal(
+                    &v,
+                    &self.cfg().sandbox,
+                    &format!("CONNECT {host}:{port}"),
+                    true,
+                ))
+                .await?;
+            self.audit_verdict(&host, port, &v, None, (0, 0));
+            return Ok(());
+        }
+        let vetted = match self.vet(&host, port).await {
+            Ok(a) => a,
+            Err(refusal) => {
+                let (response, v) = self.address_refusal(&refusal, &host, port);
+                client.write_all(&response).await?;
+                self.audit_verdict(&host, port, &v, None, (0, 0));
+                return Ok(());
+            }
+        };
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await?;
+        if intercept {
+            self.intercept(client, &host, port, vetted, leftover).await
+        } else {
+            self.tunnel(client, &host, port, vetted, leftover, &verdict)
+                .await
+        }
+    }
+
+    /// An opaque tunnel: only after the TLS server name (if TLS) names the CONNECT host.
+    async fn tunnel(
+        &self,
+        client: &mut TcpStream,
+        host: &str,
+        port: u16,
+        vetted: SocketAddr,
+        mut peeked: Vec<u8>,
+        verdict: &Verdict,
+    ) -> Served {
+        let deadline = self.cfg().limits.head_timeout;
+        loop {
+            match peek_sni(&peeked) {
+                Ok(SniPeek::NotTls) => break,
+                Ok(SniPeek::Hello { sni, .. }) => {
+                    if !sni_matches_authority(sni.as_deref(), host) {
+                        let v = Verdict::refused(
+                            Reason::InvalidTarget,
+                            format!(
+                                "the TLS server name `{}` is not the CONNECT host `{host}`",
+                                sni.as_deref().unwrap_or("(none)")
+                            ),
+                        );
+                        self.audit_verdict(host, port, &v, None, (0, 0));
+                        return Ok(());
+                    }
+                    break;
+                }
+                Ok(SniPeek::NeedMore) if peeked.len() < MAX_PEEK_LEN => {
+                    match timeout(deadline, read_more(client, &mut peeked)).await {
+                        Ok(Ok(0)) | Err(_) => {
+                            if peeked.is_empty() {
+                                return Ok(());
+                            }
+                            break;
+                        }
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(e),
+                    }
+                    if peeked.is_empty() {
+                        continue;
+                    }
+                }
+                Ok(SniPeek::NeedMore) | Err(_) => {
+                    let v = Verdict::refused(
+                        Reason::MalformedRequest,
+                        "the tunnel's TLS ClientHello is malformed or oversized",
+                    );
+                    self.audit_verdict(host, port, &v, None, (0, 0));
+                    return Ok(());
+                }
+            }
+            if peeked.is_empty() {
+                // Nothing sent yet: wait for the first bytes.
+                match timeout(deadline, read_more(client, &mut peeked)).await {
+                    Ok(Ok(0)) | Err(_) => return Ok(()),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e),
+                }
+            }
+        }
+        let mut up = match timeout(
+            self.cfg().limits.upstream_timeout,
+            TcpStream::connect(vetted),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            _ => {
+                let v = Verdict::refused(
+                    Reason::InvalidTarget,
+                    format!("cannot connect to `{host}:{port}`"),
+                );
+                self.audit_verdict(host, port, &v, None, (0, 0));
+                return Ok(());
+            }
+        };
+        let _ = up.set_nodelay(true);
+        up.write_all(&peeked).await?;
+        let (a, b) =
+            tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024)
+                .await
+                .unwrap_or((0, 0));
+        self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
+        Ok(())
+    }
+
+    /// TLS interception: a leaf minted for the CONNECT host, then each request judged.
+    async fn intercept(
+        &self,
+        client: &mut TcpStream,
+        host: &str,
+        port: u16,
+        vetted: SocketAddr,
+        leftover: Vec<u8>,
+    ) -> Served {
+        let Some(ca) = &self.cfg().ca else {
+            return Ok(());
+        };
+        let io = Rewind::new(leftover, client);
+        let acceptor =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
+        let start = match timeout(self.cfg().limits.head_timeout, acceptor).await {
+            Ok(Ok(s)) => s,
+            _ => return Ok(()),
+        };
+        let sni = start.client_hello().server_name().map(str::to_owned);
+        if let Some(name) = &sni
+            && !sni_matches_authority(Some(name), host)
+        {
+            let v = Verdict::refused(
+                Reason::InvalidTarget,
+                format!("the TLS server name `{name}` is not the CONNECT host `{host}`"),
+            );
+            self.audit_verdict(host, port, &v, None, (0, 0));
+            return Ok(());
+        }
+        let config = match ca.server_config_for(host) {
+            Ok(c) => c,
+            Err(_) => {
+                let v = Verdict::refused(
+                    Reason::InternalError,
+                    format!("cannot mint a certificate for `{host}`"),
+                );
+                self.audit_verdict(host, port, &v, None, (0, 0));
+                return Ok(());
+            }
+        };
+        let mut tls = match timeout(self.cfg().limits.head_timeout, start.into_stream(config)).await
+        {
+            Ok(Ok(s)) => s,
+            _ => return Ok(()),
+        };
+        let mut buf = Vec::with_capacity(8 * 1024);
+        let mut upstream: Option<Upstream> = None;
+        let mut first = true;
+        loop {
+            let wait = if first {
+                self.cfg().limits.head_timeout
+            } else {
+                self.cfg().limits.idle_timeout
+            };
+            first = false;
+            let Some(head) = self.read_request(&mut tls, &mut buf, wait).await? else {
+                break;
+            };
+            let path = match &head.target {
+                h1::Target::Origin(p) => p.clone(),
+                h1::Target::Absolute {
+                    authority,
+                    path_and_query,
+                    ..
+                } if split_authority(authority, port)
+                    .is_some_and(|(h, p)| h.eq_ignore_ascii_case(host) && p == port) =>
+                {
+                    path_and_query.clone()
+                }
+                _ => {
+                    self.malformed(
+                        &mut tls,
+                        400,
+                        "inside a tunnel, requests go to the CONNECT host in origin form",
+                    )
+                    .await?;
+                    break;
+                }
+            };
+            let keep = self
+                .exchange(
+                    &mut tls,
+                    &mut buf,
+                    head,
+                    host,
+                    port,
+                    &path,
+                    &mut upstream,
+                    Some(vetted),
+                )
+                .await?;
+            if !keep {
+                break;
+            }
+        }
+        let _ = tls.shutdown().await;
+        Ok(())
+    }
+
+    /// One request/response exchange. `tls_to` is the vetted address of an intercepted
+    /// host (the upstream leg is TLS); `None` for plain absolute-form forwarding. Returns
+    /// whether the client connection may carry another request.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one exchange needs its connection state"
+    )]
+    async fn exchange<C: Io>(
+        &self,
+        client: &mut C,
+        buf: &mut Vec<u8>,
+        mut head: RequestHead,
+        raw_host: &str,
+        port: u16,
+        path_and_query: &str,
+        upstream: &mut Option<Upstream>,
+        tls_to: Option<SocketAddr>,
+    ) -> std::io::Result<bool> {
+        let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
+        let Some(target) = target_of(raw_host) else {
+            self.malformed(
+                client,
+                400,
+                "the request's host is not a name capgate can judge",
+            )
+            .await?;
+            return Ok(false);
+        };
+        let host = target_name(&target);
+        let method = Method::parse(&head.method).unwrap_or(Method::Any);
+        let what = format!("{} {host}{path}", head.method);
+        let verdict = self.decide(
+            &target,
+            port,
+            Some(HttpRequest {
+                method,
+                path: path.clone(),
+            }),
+        );
+        if !verdict.is_allowed() {
+            let close = head.framing != Framing::None;
+            client
+                .write_all(&respond::refusal(
+                    &verdict,
+                    &self.cfg().sandbox,
+                    &what,
+                    close,
+                ))
+                .await?;
+            self.audit_verdict(&host, port, &verdict, Some((&head.method, &path)), (0, 0));
+            return Ok(!close && head.keep_alive);
+        }
+        let phase = self.cfg().phase.get();
+        let tls_upstream = tls_to.is_some();
+        if let Err(exfil) = self.cfg().broker.apply(
+            &host,
+            phase,
+            path_and_query,
+            &mut head.headers,
+            tls_upstream,
+        ) {
+            let v = Verdict {
+                decision: Decision::Deny,
+                deny_kind: Some(capgate_policy::DenyKind::Explicit),
+                reason: Reason::CredentialExfiltration,
+                rule: None,
+                message: exfil.message(&host),
+                inspect: false,
+            };
+            client
+                .write_all(&respond::refusal(&v, &self.cfg().sandbox, &what, true))
+                .await?;
+            self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
+            return Ok(false);
+        }
+        // The upstream: reused while the host stays the same.
+        let key = (host.clone(), port, tls_upstream);
+        if upstream.as_ref().is_none_or(|u| u.key != key) {
+            *upstream = None;
+            let addr = match tls_to {
+                Some(a) => a,
+                None => match self.vet(&host, port).await {
+                    Ok(a) => a,
+                    Err(refusal) => {
+                        let (response, v) = self.address_refusal(&refusal, &host, port);
+                        client.write_all(&response).await?;
+                        self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
+                        return Ok(false);
+                    }
+                },
+            };
+            match self.dial(&host, addr, tls_upstream).await {
+                Ok(stream) => {
+                    *upstream = Some(Upstream {
+                        key,
+                        stream,
+                        buf: Vec::with_capacity(16 * 1024),
+                    })
+                }
+                Err(message) => {
+                    let body = format!("capgate could not reach {host}:{port}: {message}\n");
+                    client
+                        .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
+                        .await?;
+                    self.audit_verdict(
+                        &host,
+                        port,
+                        &Verdict::refused(Reason::InvalidTarget, message),
+                        Some((&head.method, &path)),
+                        (0, 0),
+                    );
+                    return Ok(false);
+                }
+            }
+        }
+        let Some(up) = upstream.as_mut() else {
+            return Ok(false);
+        };
+
+        // The request, re-serialized.
+        h1::strip_hop_by_hop(&mut head.headers);
+        head.headers
+            .retain(|h| !h.is("host") && !h.name.to_ascii_lowercase().starts_with("proxy-"));
+        let authority = if (tls_upstream && port == 443) || (!tls_upstream && port == 80) {
+            raw_host.to_owned()
+        } else {
+            format!("{raw_host}:{port}")
+        };
+        let mut headers = Vec::with_capacity(head.headers.len() + 2);
+        headers.push(Header::new("Host", authority.into_bytes()));
+        headers.append(&mut head.headers);
+        if head.framing == Framing::Chunked {
+            headers.push(Header::new("Transfer-Encoding", b"chunked".to_vec()));
+        }
+        let mut out = Vec::with_capacity(1024);
+        if h1::write_request_head(&head.method, path_and_query, &headers, &mut out).is_err() {
+            self.malformed(client, 400, "the request cannot be forwarded as written")
+                .await?;
+            return Ok(false);
+        }
+        let sent = async {
+            up.stream.write_all(&out).await?;
+            relay_body(
+                head.framing,
+                client,
+                buf,
+                &mut up.stream,
+                &self.cfg().limits.h1,
+            )
+            .await
+        }
+        .await;
+        let bytes_up = match sent {
+            Ok(n) => n + out.len() as u64,
+            Err(_) => {
+                *upstream = None;
+                let body = format!(
+                    "capgate lost the connection to {host}:{port} while sending the request\n"
+                );
+                client
+                    .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
+                    .await?;
+                return Ok(false);
+            }
+        };
+
+        // The response (after any 1xx), re-serialized.
+        let response = loop {
+            match self.read_response(up, &head.method).await {
+                Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
+                    let mut interim = Vec::new();
+                    let _ = h1::write_response_head(r.status, &r.reason, &[], &mut interim);
+                    client.write_all(&interim).await?;
+                }
+                Ok(r) => break r,
+                Err(message) => {
+                    *upstream = None;
+                    let body =
+                        format!("capgate got no usable response from {host}:{port}: {message}\n");
+                    client
+                        .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
+                        .await?;
+                    return Ok(false);
+                }
+            }
+        };
+        let mut resp_headers = response.headers.clone();
+        h1::strip_hop_by_hop(&mut resp_headers);
+        let client_keep = head.keep_alive && response.framing != Framing::CloseDelimited;
+        if response.framing == Framing::Chunked {
+            resp_headers.push(Header::new("Transfer-Encoding", b"chunked".to_vec()));
+        }
+        if !client_keep {
+            resp_headers.push(Header::new("Connection", b"close".to_vec()));
+        }
+        let mut out = Vec::with_capacity(1024);
+        if h1::write_response_head(response.status, &response.reason, &resp_headers, &mut out)
+            .is_err()
+        {
+            *upstream = None;
+            client
+                .write_all(&respond::plain(
+                    502,
+                    Reason::InvalidTarget,
+                    "capgate: the upstream's response cannot be relayed\n",
+                    true,
+                ))
+                .await?;
+            return Ok(false);
+        }
+        client.write_all(&out).await?;
+        let down = relay_body(
+            response.framing,
+            &mut up.stream,
+            &mut up.buf,
+            client,
+            &self.cfg().limits.h1,
+        )
+        .await;
+        let bytes_down = match down {
+            Ok(n) => n + out.len() as u64,
+            Err(_) => {
+                *upstream = None;
+                return Ok(false);
+            }
+        };
+        if !response.keep_alive {
+            *upstream = None;
+        }
+        self.audit_verdict(
+            &host,
+            port,
+            &verdict,
+            Some((&head.method, &path)),
+            (bytes_up, bytes_down),
+        );
+        Ok(client_keep)
+    }
+
+    async fn read_response(&self, up: &mut Upstream, method: &str) -> Result<ResponseHead, String> {
+        let limits = &self.cfg().limits.h1;
+        loop {
+            if !up.buf.is_empty() {
+                match h1::parse_response_head(&up.buf, limits, method) {
+                    Ok(Parsed::Complete { head, consumed }) => {
+                        up.buf.drain(..consumed);
+                        return Ok(head);
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            match timeout(
+                self.cfg().limits.upstream_timeout,
+                read_more(&mut up.stream, &mut up.buf),
+            )
+            .await
+            {
+                Ok(Ok(0)) => return Err("the upstream closed the connection".to_owned()),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err("the upstream did not answer in time".to_owned()),
+            }
+        }
+    }
+
+    /// Connects to the vetted address (never the name again), over TLS when asked.
+    async fn dial(&self, host: &str, addr: SocketAddr, tls: bool) -> Result<Box<dyn Io>, String> {
+        let tcp = match timeout(self.cfg().limits.upstream_timeout, TcpStream::connect(addr)).await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("connecting timed out".to_owned()),
+        };
+        let _ = tcp.set_nodelay(true);
+        if !tls {
+            return Ok(Box::new(tcp));
+        }
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.cfg().upstream_tls));
+        match timeout(
+            self.cfg().limits.upstream_timeout,
+            connector.connect(name, tcp),
+        )
+        .await
+        {
+            Ok(Ok(s)) => Ok(Box::new(s)),
+            Ok(Err(e)) => Err(format!("TLS with the upstream failed: {e}")),
+            Err(_) => Err("the TLS handshake timed out".to_owned()),
+        }
+    }
+}
+
+/// The upstream connection of a client connection, kept while requests go to one host.
+struct Upstream {
+    key: (String, u16, bool),
+    stream: Box<dyn Io>,
+    buf: Vec<u8>,
+}
+
+/// Reads more bytes into `buf`, growing it.
+async fn read_more<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(16 * 1024);
+    }
+    r.read_buf(buf).await
+}
+
+/// Copies a message body from `src` (whose already-read bytes are in `pending`) to `dst`,
+/// re-chunking chunked bodies. Returns the payload bytes relayed.
+async fn relay_body<R, W>(
+    framing: Framing,
+    src: &mut R,
+    pending: &mut Vec<u8>,
+    dst: &mut W,
+    limits: &h1::Limits,
+) -> std::io::Result<u64>
+where
+    R: AsyncRead + Unpin + ?Sized,
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    match framing {
+        Framing::None => Ok(0),
+        Framing::Length(n) => {
+            let mut left = n;
+            let take = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(pending.len());
+            if take > 0 {
+                dst.write_all(&pending[..take]).await?;
+                pending.drain(..take);
+                left -= take as u64;
+            }
+            let mut chunk = vec![0u8; 64 * 1024];
+            while left > 0 {
+                let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk.len());
+                let got = src.read(&mut chunk[..want]).await?;
+                if got == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "body ended early",
+                    ));
+                }
+                dst.write_all(&chunk[..got]).await?;
+                left -= got as u64;
+            }
+            Ok(n)
+        }
+        Framing::Chunked => {
+            let mut decoder = h1::ChunkedDecoder::new(limits);
+            let mut payload = Vec::with_capacity(16 * 1024);
+            let mut encoded = Vec::with_capacity(16 * 1024 + 32);
+            let mut total = 0u64;
+            loop {
+                payload.clear();
+                let (consumed, finished) = decoder.decode(pending, &mut payload).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+                })?;
+                pending.drain(..consumed);
+                if !payload.is_empty() {
+                    encoded.clear();
+                    h1::write_chunk(&payload, &mut encoded);
+                    dst.write_all(&encoded).await?;
+                    total += payload.len() as u64;
+                }
+                if finished {
+                    encoded.clear();
+                    h1::write_last_chunk(&mut encoded);
+                    dst.write_all(&encoded).await?;
+                    return Ok(total);
+                }
+                if consumed == 0 && read_more(src, pending).await? == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "chunked body ended early",
+                    ));
+                }
+            }
+        }
+        Framing::CloseDelimited => {
+            let mut total = pending.len() as u64;
+            dst.write_all(pending).await?;
+            pending.clear();
+            total += tokio::io::copy(src, dst).await?;
+            Ok(total)
+        }
+    }
+}
+
+/// The policy target for a host as written in a request: an IP literal or a normalized name.
+fn target_of(raw: &str) -> Option<Target> {
+    let bare = raw
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(raw);
+    if let Some(ip) = crate::addr::parse_ip_literal(bare) {
+        return Some(Target::Ip(ip));
+    }
+    if crate::addr::looks_numeric(bare) {
+        return None;
+    }
+    capgate_policy::pattern::normalize_host(bare)
+        .ok()
+        .map(Target::Host)
+}
+
+fn target_name(t: &Target) -> String {
+    match t {
+        Target::Host(h) => h.clone(),
+        Target::Ip(ip) => ip.to_string(),
+    }
+}
+
+/// `host[:port]` (IPv6 in brackets) with a default port.
+fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => default_port,
+            None => return None,
+        };
+        return Some((format!("[{host}]"), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_owned(), p.parse().ok()?)),
+        None => Some((authority.to_owned(), default_port)),
+    }
+}
+
+/// A stream that yields `prefix` before reading from `inner` (bytes a client sent right
+/// after its CONNECT head, before it saw the answer).
+struct Rewind<'a, S> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: &'a mut S,
+}
+
+impl<'a, S> Rewind<'a, S> {
+    fn new(prefix: Vec<u8>, inner: &'a mut S) -> Self {
+        Rewind {
+            prefix,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<'_, S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = (self.prefix.len() - self.at).min(buf.remaining());
+            let start = self.at;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut *self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities_split_with_defaults() {
+        assert_eq!(
+            split_authority("example.com", 80),
+            Some(("example.com".into(), 80))
+        );
+        assert_eq!(
+            split_authority("example.com:8080", 80),
+            Some(("example.com".into(), 8080))
+        );
+        assert_eq!(
+            split_authority("[::1]:443", 80),
+            Some(("[::1]".into(), 443))
+        );
+        assert_eq!(split_authority("[::1]", 80), Some(("[::1]".into(), 80)));
+        assert_eq!(split_authority("a:b", 80), None);
+    }
+
+    #[test]
+    fn targets_are_literals_or_normalized_names() {
+        assert_eq!(
+            target_of("Example.COM."),
+            Some(Target::Host("example.com".into()))
+        );
+        assert!(matches!(target_of("0x7f.1"), Some(Target::Ip(_))));
+        assert!(matches!(target_of("[::1]"), Some(Target::Ip(_))));
+        assert_eq!(target_of("1.2.3.4.5"), None);
+    }
+}

@@ -1,0 +1,514 @@
+//! The gateway end to end with a real client: `curl` through the proxy to local HTTP and
+//! HTTPS upstreams on loopback (names mapped onto 127.0.0.1, a test CA for the upstreams).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use capgate_gateway::addr::{AddressGuard, DangerousMapping, StaticResolver};
+use capgate_gateway::broker::Broker;
+use capgate_gateway::proxy::{Gateway, GatewayConfig, Limits, PhaseSwitch, PolicyView};
+use capgate_gateway::secrets::Secret;
+use capgate_gateway::tls::{CertificateAuthority, install_crypto_provider, upstream_client_config};
+use capgate_policy::store::NewRule;
+use capgate_policy::{Decision, Matcher, Method, Phase, Protocol, Rule, Scope};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const SENTINEL: &str = "capgate-sentinel-github-0123456789abcdef0123456789abcdef";
+
+/// What an upstream saw.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    requests: Vec<String>,
+}
+
+/// A tiny HTTP/1.1 server: answers every request `200 hello from <name>` and records the
+/// request heads it got.
+async fn upstream(
+    name: &'static str,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (SocketAddr, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s2 = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let seen = Arc::clone(&s2);
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                match tls {
+                    Some(cfg) => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+                        if let Ok(s) = acceptor.accept(tcp).await {
+                            serve(s, name, seen).await;
+                        }
+                    }
+                    None => serve(tcp, name, seen).await,
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    name: &str,
+    seen: Arc<Mutex<Seen>>,
+) {
+    let mut buf = Vec::new();
+    loop {
+        let mut tmp = [0u8; 4096];
+        let n = match s.read(&mut tmp).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&tmp[..n]);
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            seen.lock().unwrap().requests.push(head);
+            let body = format!("hello from {name}\n");
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if s.write_all(resp.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    proxy: SocketAddr,
+    ca_pem: std::path::PathBuf,
+    ports: BTreeMap<&'static str, u16>,
+    seen: BTreeMap<&'static str, Arc<Mutex<Seen>>>,
+}
+
+fn rule(
+    id: &str,
+    decision: Decision,
+    resources: &[&str],
+    methods: Option<Vec<Method>>,
+    paths: Option<Vec<&str>>,
+) -> Rule {
+    let n = NewRule::provisioned(
+        format!("kit:t:{id}"),
+        "t",
+        decision,
+        resources.iter().map(|s| (*s).to_owned()).collect(),
+        Protocol::Any,
+    );
+    Rule {
+        id: id.to_owned(),
+        name: n.name,
+        scope: Scope::Sandbox("t".into()),
+        resource_type: n.resource_type,
+        decision,
+        resources: n.resources,
+        methods,
+        paths: paths.map(|p| p.into_iter().map(str::to_owned).collect()),
+        protocol: Protocol::Any,
+        phase: None,
+        source: n.source,
+        created_via: n.created_via,
+        editable: false,
+        active: true,
+        created_at: "2026-11-30T00:00:00.000Z".into(),
+    }
+}
+
+/// Upstreams: `plain.test` (HTTP), `api.test`, `other.test`, `secure.test` (HTTPS). Rules:
+/// plain.test and secure.test allowed; api.test only `GET /repos/**`; `denied.test`
+/// allowed but also denied; other.test allowed (no credential there).
+async fn harness(with_credential: bool) -> Harness {
+    harness_with(with_credential, false).await
+}
+
+/// `allow_everything` adds a `**` allow, to show what the address guard refuses on its own.
+async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness {
+    install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    // The upstreams' own CA, which only the gateway trusts.
+    let up_ca = CertificateAuthority::load_or_create(&dir.path().join("upstream-ca")).unwrap();
+    let mut ports = BTreeMap::new();
+    let mut seen = BTreeMap::new();
+    for (name, tls) in [
+        ("plain.test", false),
+        ("api.test", true),
+        ("other.test", true),
+        ("secure.test", true),
+        ("denied.test", true),
+    ] {
+        let cfg = tls.then(|| up_ca.server_config_for(name).unwrap());
+        let (addr, s) = upstream(name, cfg).await;
+        ports.insert(name, addr.port());
+        seen.insert(name, s);
+    }
+    let rules = vec![
+        rule(
+            "r1",
+            Decision::Allow,
+            &["plain.test", "secure.test", "other.test", "denied.test"],
+            None,
+            None,
+        ),
+        rule(
+            "r2",
+            Decision::Allow,
+            &["api.test"],
+            Some(vec![Method::Get]),
+            Some(vec!["/repos/**"]),
+        ),
+        rule("r3", Decision::Deny, &["denied.test"], None, None),
+    ];
+    let mut rules = rules;
+    if allow_everything {
+        rules.push(rule("all", Decision::Allow, &["**"], None, None));
+    }
+    let mappings: Vec<DangerousMapping> = ports
+        .keys()
+        .map(|n| DangerousMapping::new(n, "127.0.0.1".parse().unwrap()).unwrap())
+        .collect();
+    let guard = AddressGuard::new(vec![])
+        .unwrap()
+        .with_dangerous_mappings(mappings);
+    let cred_yaml = "schemaVersion: \"3\"\nkind: mixin\ncapabilities:\n  - type: com.docker.sandbox/credential@1\n    config: {service: github, phase: runtime, apiKey: {name: GH_TOKEN, inject: [{domain: api.test}]}}\n";
+    let loaded = capgate_spec::load(
+        cred_yaml.as_bytes(),
+        &capgate_spec::Options {
+            declarations_only: true,
+            ..Default::default()
+        },
+    );
+    let cred = match &loaded.descriptor.unwrap().declared_entries()[0]
+        .1
+        .capability
+    {
+        Some(capgate_spec::caps::Capability::Credential(c)) => c.clone(),
+        _ => panic!(),
+    };
+    let broker = if with_credential {
+        Broker::new(
+            &[cred],
+            &[("github".to_owned(), SENTINEL.to_owned())].into(),
+            [(
+                "github".to_owned(),
+                Secret::new("ghp_the_real_secret".into()),
+            )]
+            .into(),
+        )
+    } else {
+        Broker::default()
+    };
+    let cfg = GatewayConfig {
+        sandbox: "t".into(),
+        policy: Arc::new(PolicyView::new(Matcher::compile(&rules))),
+        phase: Arc::new(PhaseSwitch::new(Phase::Runtime)),
+        guard,
+        resolver: Arc::new(StaticResolver::new()),
+        ca: Some(CertificateAuthority::load_or_create(&dir.path().join("ca")).unwrap()),
+        upstream_tls: upstream_client_config(Some(up_ca.cert_pem().as_bytes())).unwrap(),
+        broker,
+        audit: None,
+        limits: Limits::default(),
+    };
+    // What curl trusts: the capgate CA (intercepted hosts) and the upstreams' CA (hosts
+    // tunnelled opaquely), as a sandbox trusts capgate's CA beside the public roots.
+    let ca_pem = dir.path().join("bundle.pem");
+    let capgate_ca = std::fs::read_to_string(dir.path().join("ca/ca.pem")).unwrap();
+    std::fs::write(&ca_pem, format!("{capgate_ca}{}", up_ca.cert_pem())).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    let gw = Gateway::new(cfg);
+    tokio::spawn(async move { gw.serve_http(listener).await });
+    Harness {
+        _dir: dir,
+        proxy,
+        ca_pem,
+        ports,
+        seen,
+    }
+}
+
+/// Runs curl through the proxy; returns (exit code, http code, body+headers).
+async fn curl(h: &Harness, args: &[&str]) -> (i32, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-x",
+        &format!("http://{}", h.proxy),
+        "--cacert",
+    ])
+    .arg(&h.ca_pem)
+    .args(["-w", "\n%{http_code} %{http_connect}\n"])
+    .args(args);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("curl must be installed"))
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn url(h: &Harness, scheme: &str, host: &str, path: &str) -> String {
+    format!("{scheme}://{host}:{}{path}", h.ports[host])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_pass_and_unlisted_hosts_get_403_with_reason() {
+    let h = harness(false).await;
+    let (code, out) = curl(&h, &[&url(&h, "http", "plain.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("hello from plain.test") && out.contains("\n200 "),
+        "{out}"
+    );
+
+    let (code, out) = curl(&h, &[&url(&h, "https", "secure.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from secure.test"), "{out}");
+
+    // Unlisted: plain HTTP gets the 403 body; HTTPS gets a 403 to its CONNECT.
+    let (_, out) = curl(&h, &["-i", "http://unlisted.test/"]).await;
+    assert!(
+        out.contains("403 Forbidden") && out.contains("X-Capgate-Reason: no_matching_allow"),
+        "{out}"
+    );
+    assert!(out.contains("nothing allows this host"), "{out}");
+    let (code, out) = curl(&h, &["-v", "https://unlisted.test/"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("403") && out.contains("no_matching_allow"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_rules_are_judged_per_request_inside_tls() {
+    let h = harness(true).await;
+    let (code, out) = curl(&h, &[&url(&h, "https", "api.test", "/repos/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("hello from api.test") && out.contains("\n200 200"),
+        "{out}"
+    );
+
+    let (_, out) = curl(
+        &h,
+        &[
+            "-i",
+            "-X",
+            "POST",
+            &url(&h, "https", "api.test", "/repos/x"),
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/1.1 403") && out.contains("X-Capgate-Reason: http_not_allowed"),
+        "{out}"
+    );
+    let (_, out) = curl(&h, &["-i", &url(&h, "https", "api.test", "/user")]).await;
+    assert!(
+        out.contains("HTTP/1.1 403") && out.contains("http_not_allowed"),
+        "{out}"
+    );
+    // Encoded dot segments cannot smuggle a path past a bounded rule.
+    let (_, out) = curl(
+        &h,
+        &[
+            "-i",
+            "--path-as-is",
+            &url(&h, "https", "api.test", "/repos/%2e%2e/user"),
+        ],
+    )
+    .await;
+    assert!(out.contains("HTTP/1.1 403"), "{out}");
+    let seen = h.seen["api.test"].lock().unwrap().requests.clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the allowed request reached the upstream: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbounded_deny_beats_any_allow() {
+    let h = harness(true).await;
+    let (code, out) = curl(&h, &["-v", &url(&h, "https", "denied.test", "/")]).await;
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("403") && out.contains("denied_by_rule"),
+        "{out}"
+    );
+    let (_, out) = curl(&h, &["-i", &url(&h, "http", "denied.test", "/")]).await;
+    assert!(
+        out.contains("X-Capgate-Reason: denied_by_rule") && out.contains("kit:t:r3"),
+        "{out}"
+    );
+    assert!(h.seen["denied.test"].lock().unwrap().requests.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_different_from_the_connect_host_is_refused() {
+    // Both when the tunnel is opaque and when it is intercepted.
+    for with_credential in [false, true] {
+        let h = harness(with_credential).await;
+        // curl --connect-to keeps the URL's host as SNI but CONNECTs to another host:port.
+        let target = format!(
+            "secure.test:{}:other.test:{}",
+            h.ports["secure.test"], h.ports["other.test"]
+        );
+        let (code, out) = curl(
+            &h,
+            &[
+                "--connect-to",
+                &target,
+                &url(&h, "https", "secure.test", "/"),
+            ],
+        )
+        .await;
+        assert_ne!(code, 0, "{out}");
+        assert!(!out.contains("hello from"), "{out}");
+        assert!(h.seen["other.test"].lock().unwrap().requests.is_empty());
+        assert!(h.seen["secure.test"].lock().unwrap().requests.is_empty());
+        // The twin: the same host named consistently passes.
+        let (code, out) = curl(&h, &[&url(&h, "https", "other.test", "/")]).await;
+        assert_eq!(code, 0, "{out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinel_becomes_the_secret_only_on_the_inject_domain() {
+    let h = harness(true).await;
+    let auth = format!("Authorization: Bearer {SENTINEL}");
+    let (code, out) = curl(
+        &h,
+        &["-H", &auth, &url(&h, "https", "api.test", "/repos/x")],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let seen = h.seen["api.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen[0].contains("Authorization: Bearer ghp_the_real_secret"),
+        "{seen:?}"
+    );
+    assert!(!seen[0].contains(SENTINEL));
+
+    // Anywhere else: refused and recorded, and that upstream sees nothing.
+    let (_, out) = curl(
+        &h,
+        &["-i", "-H", &auth, &url(&h, "https", "other.test", "/")],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/1.1 403") && out.contains("credential_exfiltration"),
+        "{out}"
+    );
+    assert!(!out.contains("ghp_the_real_secret"));
+    let (_, out) = curl(
+        &h,
+        &["-i", "-H", &auth, &url(&h, "http", "plain.test", "/")],
+    )
+    .await;
+    assert!(out.contains("credential_exfiltration"), "{out}");
+    assert!(h.seen["other.test"].lock().unwrap().requests.is_empty());
+    assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
+}
+
+/// Raw bytes to the proxy; returns what it answered.
+async fn raw(h: &Harness, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_framing_is_400_and_never_forwarded() {
+    let h = harness(true).await;
+    let port = h.ports["plain.test"];
+    let cases: Vec<Vec<u8>> = vec![
+        format!("POST http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").into_bytes(),
+        format!("POST http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!").into_bytes(),
+        format!("GET http://plain.test:{port}/ HTTP/1.1\nHost: plain.test\n\n").into_bytes(),
+        format!("GET http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nX-A: a\r\n b\r\n\r\n").into_bytes(),
+    ];
+    for c in cases {
+        let out = raw(&h, &c).await;
+        assert!(
+            out.starts_with("HTTP/1.1 400") && out.contains("malformed_request"),
+            "{out}"
+        );
+    }
+    let big = format!(
+        "GET http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(40_000)
+    );
+    assert!(raw(&h, big.as_bytes()).await.starts_with("HTTP/1.1 431"));
+    assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_addresses_are_never_dialled() {
+    // Allowed by a `**` rule, yet every spelling of a blocked address is refused by the
+    // address guard; a name mapped onto loopback on purpose (`--dangerously-resolve`) passes.
+    let h = harness_with(false, true).await;
+    let port = h.ports["plain.test"];
+    for target in [
+        "127.0.0.1",
+        "2130706433",
+        "0x7f.1",
+        "0177.0.0.1",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "169.254.169.254",
+        "10.0.0.1",
+        "[fd00:ec2::254]",
+    ] {
+        let out = raw(
+            &h,
+            format!("GET http://{target}:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(
+            out.starts_with("HTTP/1.1 403") && out.contains("blocked_address"),
+            "{target}: {out}"
+        );
+    }
+    for target in ["127.0.0.1", "[::1]"] {
+        let out = raw(
+            &h,
+            format!("CONNECT {target}:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(
+            out.starts_with("HTTP/1.1 403") && out.contains("blocked_address"),
+            "{target}: {out}"
+        );
+    }
+    assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
+    let out = raw(&h, format!("GET http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
