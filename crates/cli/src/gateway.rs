@@ -31,6 +31,9 @@ pub struct GatewayArgs {
     /// Where to accept HTTP proxy connections (CONNECT and absolute-form).
     #[arg(long, default_value = "127.0.0.1:3128")]
     pub listen: SocketAddr,
+    /// Also accept SOCKS5 CONNECT here (for non-HTTP protocols a host is granted outright).
+    #[arg(long, value_name = "ADDR")]
+    pub socks: Option<SocketAddr>,
     /// Extra PEM roots to trust for upstream TLS (a corporate proxy's CA, a test CA).
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Option<PathBuf>,
@@ -247,6 +250,14 @@ pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
             args.phase
         );
         let gw = Gateway::new(cfg);
+        if let Some(addr) = args.socks {
+            let socks = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            eprintln!("capgate gateway: SOCKS5 on {}", socks.local_addr()?);
+            let gw2 = gw.clone();
+            tokio::spawn(async move { gw2.serve_socks(socks).await });
+        }
         tokio::select! {
             r = gw.serve_http(listener) => r.context("the gateway stopped"),
             _ = tokio::signal::ctrl_c() => Ok(()),

@@ -10,6 +10,8 @@ pub mod tls;
 pub mod addr;
 
 pub mod broker;
+pub mod dns;
 pub mod h1;
 pub mod proxy;
 pub mod respond;
+pub mod socks;

@@ -202,6 +202,27 @@ impl Gateway {
         &self.inner.cfg
     }
 
+    pub(crate) fn head_timeout(&self) -> Duration {
+        self.cfg().limits.head_timeout
+    }
+
+    /// The connection-level decision for `target:port` in the current phase.
+    pub(crate) fn decide_connection(&self, target: &Target, port: u16) -> Verdict {
+        self.decide(target, port, None)
+    }
+
+    pub(crate) async fn vet_address(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<SocketAddr, AddrRefusal> {
+        self.vet(host, port).await
+    }
+
+    pub(crate) fn record(&self, host: &str, port: u16, verdict: &Verdict, bytes: (u64, u64)) {
+        self.audit_verdict(host, port, verdict, None, bytes);
+    }
+
     fn decide(&self, target: &Target, port: u16, http: Option<HttpRequest>) -> Verdict {
         let query = Query {
             sandbox: Some(self.cfg().sandbox.clone()),
@@ -1100,7 +1121,7 @@ where
 }
 
 /// The policy target for a host as written in a request: an IP literal or a normalized name.
-fn target_of(raw: &str) -> Option<Target> {
+pub(crate) fn target_of(raw: &str) -> Option<Target> {
     let bare = raw
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
@@ -1116,7 +1137,7 @@ fn target_of(raw: &str) -> Option<Target> {
         .map(Target::Host)
 }
 
-fn target_name(t: &Target) -> String {
+pub(crate) fn target_name(t: &Target) -> String {
     match t {
         Target::Host(h) => h.clone(),
         Target::Ip(ip) => ip.to_string(),

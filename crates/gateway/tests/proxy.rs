@@ -93,6 +93,7 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
 struct Harness {
     _dir: tempfile::TempDir,
     proxy: SocketAddr,
+    socks: SocketAddr,
     ca_pem: std::path::PathBuf,
     ports: BTreeMap<&'static str, u16>,
     seen: BTreeMap<&'static str, Arc<Mutex<Seen>>>,
@@ -233,11 +234,16 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
     std::fs::write(&ca_pem, format!("{capgate_ca}{}", up_ca.cert_pem())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy = listener.local_addr().unwrap();
+    let socks_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socks = socks_listener.local_addr().unwrap();
     let gw = Gateway::new(cfg);
+    let gw2 = gw.clone();
     tokio::spawn(async move { gw.serve_http(listener).await });
+    tokio::spawn(async move { gw2.serve_socks(socks_listener).await });
     Harness {
         _dir: dir,
         proxy,
+        socks,
         ca_pem,
         ports,
         seen,
@@ -511,4 +517,53 @@ async fn blocked_addresses_are_never_dialled() {
     assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
     let out = raw(&h, format!("GET http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+/// curl through the SOCKS5 listener (names resolved by the gateway).
+async fn curl_socks(h: &Harness, url: &str) -> (i32, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "--socks5-hostname",
+        &h.socks.to_string(),
+        "--cacert",
+    ])
+    .arg(&h.ca_pem)
+    .arg(url);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("curl must be installed"))
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_carries_unbounded_grants_only() {
+    let h = harness(false).await;
+    let (code, out) = curl_socks(&h, &url(&h, "http", "plain.test", "/")).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from plain.test"));
+    let (code, out) = curl_socks(&h, &url(&h, "https", "secure.test", "/")).await;
+    assert_eq!(code, 0, "{out}");
+    // A host granted only for some HTTP requests cannot be inspected through SOCKS.
+    let (code, out) = curl_socks(&h, &url(&h, "https", "api.test", "/repos/x")).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(h.seen["api.test"].lock().unwrap().requests.is_empty());
+    for u in [
+        "http://unlisted.test/".to_owned(),
+        url(&h, "http", "denied.test", "/"),
+        format!("http://127.0.0.1:{}/", h.ports["plain.test"]),
+    ] {
+        let (code, out) = curl_socks(&h, &u).await;
+        assert_ne!(code, 0, "{u}: {out}");
+    }
+    assert!(h.seen["denied.test"].lock().unwrap().requests.is_empty());
 }
