@@ -7,6 +7,7 @@ mod kits;
 mod lock;
 mod policy;
 mod resolve;
+mod run;
 mod sandbox;
 mod state;
 mod validate;
@@ -24,6 +25,8 @@ pub mod exit {
     /// this runtime does not honour.
     pub const REFUSED: u8 = 2;
     /// The update widens the grant set and needs approval.
+    /// The workload committed a capability violation (`run --fail-on-violation`).
+    pub const VIOLATION: u8 = 3;
     pub const NEEDS_APPROVAL: u8 = 4;
 }
 
@@ -62,6 +65,14 @@ enum Command {
     /// each widening as `+ category: detail`, then ask on a terminal; without one, or with
     /// --check, change nothing and exit 4. --approve writes the new lock.
     Lock(lock::Args),
+    /// Run a workload in a sandbox whose only exit is the gateway: resolve the kits, gate
+    /// them against the lock, provision the rules, start the gateway and the kernel
+    /// sandbox, run install hooks under install grants, then the command under runtime
+    /// grants, and report what was refused. Without `--kit`, a built-in shell with no
+    /// network grants; the workspace is the current directory, copied. Exits with the
+    /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
+    /// sandbox cannot start, 126/127 when the command cannot).
+    Run(run::RunArgs),
     /// Create (or recreate) a sandbox: resolve its kits, gate them against the lock, record
     /// it, and provision its kit grants as rules (`kit:NAME`, visible, not editable).
     Create(sandbox::CreateArgs),
@@ -89,6 +100,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The sandbox's helper process: a fresh, single-threaded exec of this binary. It must
+    // run before anything else starts a thread.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "__sandbox") {
+        return capgate_sandbox::helper_main(argv[2..].to_vec());
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -105,6 +122,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Resolve(args) => resolve::run(&args),
         Command::Lock(args) => lock::run(&args),
+        Command::Run(args) => run::run(&args),
         Command::Create(args) => sandbox::create(&args),
         Command::Ls(args) => sandbox::ls(&args),
         Command::Rm(args) => sandbox::rm(&args),

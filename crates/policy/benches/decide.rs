@@ -16,8 +16,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use capgate_policy::path::{PathGlob, normalize_path};
 use capgate_policy::pattern::HostPattern;
 use capgate_policy::{
-    CreatedVia, Decision, HttpRequest, Matcher, Method, Phase, Protocol, Query, ResourceType, Rule,
-    Scope, Source, Target,
+    CreatedVia, Decision, DenyKind, HttpRequest, Matcher, Method, Phase, Protocol, Query, Reason,
+    ResourceType, Rule, RuleRef, Scope, Source, Target, Verdict,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -218,6 +218,14 @@ struct NaiveRule {
 /// What the naive scan decides: allowed, and the deciding rule.
 type NaiveVerdict = (bool, Option<usize>);
 
+fn source_label(source: Source) -> &'static str {
+    match source {
+        Source::Kit => "kit",
+        Source::User => "user",
+        Source::Default => "default",
+    }
+}
+
 impl Naive {
     fn new(rules: &[Rule]) -> Naive {
         Naive {
@@ -237,6 +245,54 @@ impl Naive {
                         .map(|p| p.iter().filter_map(|g| PathGlob::compile(g).ok()).collect()),
                 })
                 .collect(),
+        }
+    }
+
+    /// A full verdict, built as the compiled matcher builds it (rule reference and
+    /// message), so that only the way of finding the rule differs.
+    fn verdict(&self, q: &Query) -> Verdict {
+        let (allowed, rule) = self.decide(q);
+        let target = match &q.target {
+            Target::Host(h) => format!("{h}:{}", q.port),
+            Target::Ip(ip) => format!("{ip}:{}", q.port),
+        };
+        let rule = rule.and_then(|i| self.rules.get(i)).map(|r| &r.rule);
+        let message = match (allowed, rule) {
+            (true, Some(r)) => format!(
+                "`{target}` is allowed by rule `{}` ({})",
+                r.name,
+                source_label(r.source)
+            ),
+            (false, Some(r)) => format!(
+                "`{target}` is denied by rule `{}` ({})",
+                r.name,
+                source_label(r.source)
+            ),
+            (_, None) => format!("no rule allows `{target}` (default deny)"),
+        };
+        Verdict {
+            decision: if allowed {
+                Decision::Allow
+            } else {
+                Decision::Deny
+            },
+            deny_kind: match (allowed, rule) {
+                (true, _) => None,
+                (false, Some(_)) => Some(DenyKind::Explicit),
+                (false, None) => Some(DenyKind::Implicit),
+            },
+            reason: match (allowed, rule) {
+                (true, _) => Reason::AllowedByRule,
+                (false, Some(_)) => Reason::DeniedByRule,
+                (false, None) => Reason::NoMatchingAllow,
+            },
+            rule: rule.map(|r| RuleRef {
+                id: r.id.clone(),
+                name: r.name.clone(),
+                source: r.source,
+            }),
+            message,
+            inspect: false,
         }
     }
 
@@ -327,7 +383,7 @@ fn bench(c: &mut Criterion) {
         eprintln!("{n} rules: {allowed} of {} queries allowed", batch.len());
 
         let mut group = c.benchmark_group(format!("decide/{n}"));
-        if n >= 10_000 {
+        if n >= 1_000 {
             group.sample_size(10);
         }
         group.throughput(Throughput::Elements(batch.len() as u64));
@@ -344,7 +400,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 naive_batch
                     .iter()
-                    .filter(|q| naive.decide(black_box(q)).0)
+                    .filter(|q| naive.verdict(black_box(q)).is_allowed())
                     .count()
             });
         });

@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# capgate gateway benchmark: direct nginx vs capgate vs squid vs tinyproxy, on loopback.
+#
+#   bash bench/gateway.sh            (as root: it apt-get installs what is missing)
+#
+# Environment (defaults in brackets): DURATION [10] seconds per wrk run, REPS [3],
+# CONNS [50], THREADS [2], C1_DURATION [5] for the one-connection latency runs,
+# TLS_PROCS [4] client processes (one tunnel each) for the TLS-intercepted run,
+# BENCH_KEEP [0] =1 keeps the scratch folder (configs, logs, raw results).
+#
+# Everything runs on 127.0.0.1 and stops by itself; every process it starts is stopped by
+# its PID on exit. See bench/README.md for what is measured and how to read the table.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+DURATION=${DURATION:-10}
+REPS=${REPS:-3}
+CONNS=${CONNS:-50}
+THREADS=${THREADS:-2}
+C1_DURATION=${C1_DURATION:-5}
+TLS_PROCS=${TLS_PROCS:-4}
+BENCH_KEEP=${BENCH_KEEP:-0}
+
+NGINX_HTTP=18080
+NGINX_TLS=18443
+SQUID_PORT=13128
+TINY_PORT=13129
+CAPGATE_PORT=13131
+
+log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (apt-get, and squid/tinyproxy drop to their own users)"
+
+# ---- tools -------------------------------------------------------------------------
+missing=()
+for pair in nginx:nginx squid:squid tinyproxy:tinyproxy wrk:wrk openssl:openssl; do
+    cmd=${pair%%:*} pkg=${pair#*:}
+    command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} from Debian"
+    apt-get update -qq
+    # Debian's policy-rc.d keeps the packaged services from starting; nothing auto-starts.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+export PATH="$PATH:/usr/sbin:/sbin"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3) || die "python3 is needed"
+
+log "building capgate (release)"
+(cd "$ROOT" && cargo build --release -q -p capgate)
+CAPGATE="$ROOT/target/release/capgate"
+[ -x "$CAPGATE" ] || die "no $CAPGATE after the build"
+
+for port in $NGINX_HTTP $NGINX_TLS $SQUID_PORT $TINY_PORT $CAPGATE_PORT; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "127.0.0.1:$port is already in use"
+    fi
+done
+
+# ---- scratch folder and clean-up ------------------------------------------------------
+WORK=$(mktemp -d /tmp/capgate-bench.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()          # processes started here, stopped by PID on exit
+SQUID_MASTER=""
+
+stop_pid() {     # stop_pid PID: TERM, wait up to 5 s, then KILL
+    local pid=$1 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$? pid kids
+    trap - EXIT INT TERM
+    if [ -n "$SQUID_MASTER" ]; then
+        kids=$(ps -o pid= --ppid "$SQUID_MASTER" 2>/dev/null || true)
+        stop_pid "$SQUID_MASTER"
+        for pid in $kids; do stop_pid "$pid"; done
+    fi
+    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+    wait 2>/dev/null || true
+    if [ "$BENCH_KEEP" = 1 ]; then
+        log "kept $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_port() {    # wait_port PORT PID NAME: up to 15 s for a listener, failing if PID died
+    local i
+    for i in $(seq 150); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        [ -z "$2" ] || kill -0 "$2" 2>/dev/null || die "$3 exited (see $WORK)"
+        sleep 0.1
+    done
+    die "$3 did not listen on 127.0.0.1:$1"
+}
+
+fill() { sed "s#@DIR@#$WORK#g" "$HERE/conf/$1"; }
+
+rss_kb() {       # rss_kb PID...: summed VmRSS in KiB
+    local total=0 pid v
+    for pid in "$@"; do
+        v=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+
+# ---- content and certificates -----------------------------------------------------------
+mkdir -p "$WORK"/{www,pki,nginx/tmp,squid,tinyproxy,capgate,kit}
+head -c 1024 /dev/urandom | base64 -w0 | head -c 1024 >"$WORK/www/1k"
+head -c 1048576 /dev/urandom >"$WORK/www/1m"
+
+(
+    cd "$WORK/pki"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout ca.key -out ca.pem -days 2 -subj "/CN=capgate bench CA" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout tls.local.key -out tls.local.csr -subj "/CN=tls.local" 2>/dev/null
+    printf '%s\n' "subjectAltName=DNS:tls.local" "basicConstraints=CA:FALSE" \
+        "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >leaf.ext
+    openssl x509 -req -in tls.local.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 2 \
+        -extfile leaf.ext -out tls.local.pem 2>/dev/null
+)
+
+# ---- servers ------------------------------------------------------------------------
+fill nginx.conf >"$WORK/nginx/nginx.conf"
+nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -g 'daemon off;' \
+    >"$WORK/nginx/out.log" 2>&1 &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+wait_port $NGINX_HTTP "$NGINX_PID" nginx
+wait_port $NGINX_TLS "$NGINX_PID" nginx
+
+fill squid.conf >"$WORK/squid/squid.conf"
+chown -R proxy:proxy "$WORK/squid"
+squid -f "$WORK/squid/squid.conf" </dev/null >"$WORK/squid/out.log" 2>&1 \
+    || die "squid did not start (see $WORK/squid)"
+for _ in $(seq 100); do [ -s "$WORK/squid/squid.pid" ] && break; sleep 0.1; done
+SQUID_MASTER=$(tr -dc 0-9 <"$WORK/squid/squid.pid" 2>/dev/null || true)
+[ -n "$SQUID_MASTER" ] || die "squid wrote no pid file (see $WORK/squid)"
+wait_port $SQUID_PORT "$SQUID_MASTER" squid
+
+fill tinyproxy.conf >"$WORK/tinyproxy/tinyproxy.conf"
+chown -R tinyproxy:tinyproxy "$WORK/tinyproxy"
+tinyproxy -d -c "$WORK/tinyproxy/tinyproxy.conf" >"$WORK/tinyproxy/out.log" 2>&1 &
+TINY_PID=$!
+PIDS+=("$TINY_PID")
+wait_port $TINY_PORT "$TINY_PID" tinyproxy
+
+export CAPGATE_HOME="$WORK/capgate/home"
+cp "$HERE/kit.yaml" "$WORK/kit/kit.yaml"
+"$CAPGATE" create bench --kit "$WORK/kit" >"$WORK/capgate/create.log" 2>&1 \
+    || die "capgate create failed: $(cat "$WORK/capgate/create.log")"
+CAPGATE_CA=$("$CAPGATE" ca path)
+"$CAPGATE" gateway --sandbox bench --listen "127.0.0.1:$CAPGATE_PORT" \
+    --dangerously-resolve bench.local=127.0.0.1 \
+    --dangerously-resolve tls.local=127.0.0.1 \
+    --upstream-ca "$WORK/pki/ca.pem" >"$WORK/capgate/gateway.log" 2>&1 &
+GW_PID=$!
+PIDS+=("$GW_PID")
+wait_port $CAPGATE_PORT "$GW_PID" "capgate gateway"
+sleep 1
+GW_RSS_START=$(rss_kb "$GW_PID")
+
+# ---- measurement helpers ----------------------------------------------------------------
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
+
+cpu_gate() {     # wait (at most 30 s) until the machine was < 8 % busy over 1 s; prints %
+    local i a b busy=100
+    for i in $(seq 30); do
+        a=$(awk '/^cpu / {print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+        sleep 1
+        b=$(awk '/^cpu / {print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+        busy=$(echo "$a $b" | awk '{d=$4-$2; print (d>0) ? int(100*($3-$1)/d) : 100}')
+        [ "$busy" -lt 8 ] && break
+    done
+    echo "$busy"
+}
+
+# target PATH_NAME SIZE: URL and Host for absolute-form through a proxy ("" for direct)
+proxy_port() {
+    case $1 in direct) echo "" ;; capgate) echo $CAPGATE_PORT ;;
+        squid) echo $SQUID_PORT ;; tinyproxy) echo $TINY_PORT ;; esac
+}
+origin_host() {  # capgate needs the name its kit grants; the peers get the address, as in perf-baselines
+    if [ "$1" = capgate ]; then echo "bench.local:$NGINX_HTTP"; else echo "127.0.0.1:$NGINX_HTTP"; fi
+}
+
+run_wrk() {      # run_wrk NAME PATH SIZE CONNS THREADS SECS REP
+    local name=$1 path=$2 size=$3 c=$4 t=$5 d=$6 rep=$7 port host gate out line
+    port=$(proxy_port "$path")
+    gate=$(cpu_gate)
+    if [ -z "$port" ]; then
+        out=$(TARGET_URL="" wrk -t"$t" -c"$c" -d"${d}s" --latency -s "$HERE/wrk.lua" \
+            "http://127.0.0.1:$NGINX_HTTP/$size" 2>&1) || true
+    else
+        host=$(origin_host "$path")
+        out=$(TARGET_URL="http://$host/$size" TARGET_HOST="$host" \
+            wrk -t"$t" -c"$c" -d"${d}s" --latency -s "$HERE/wrk.lua" \
+            "http://127.0.0.1:$port" 2>&1) || true
+    fi
+    printf '%s\n' "$out" >>"$WORK/wrk-$name.log"
+    line=$(printf '%s\n' "$out" | grep '^RESULT' || true)
+    [ -n "$line" ] || { log "$name rep $rep: no result (see $WORK/wrk-$name.log)"; line="RESULT rps=0 bps=0 p50_us=0 p99_us=0 requests=0 errors=-1"; }
+    log "$name rep $rep (cpu gate ${gate}%): ${line#RESULT }"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$rep" "$gate" "${line#RESULT }" >>"$RESULTS"
+}
+
+run_tls() {      # run_tls NAME direct|capgate SECS REP
+    local name=$1 path=$2 d=$3 rep=$4 gate out line
+    gate=$(cpu_gate)
+    if [ "$path" = direct ]; then
+        out=$("$PY" "$HERE/tls_client.py" --connect "127.0.0.1:$NGINX_TLS" \
+            --target "tls.local:$NGINX_TLS" --cafile "$WORK/pki/ca.pem" \
+            --procs "$TLS_PROCS" --duration "$d" 2>&1) || true
+    else
+        out=$("$PY" "$HERE/tls_client.py" --proxy "127.0.0.1:$CAPGATE_PORT" \
+            --target "tls.local:$NGINX_TLS" --cafile "$CAPGATE_CA" \
+            --procs "$TLS_PROCS" --duration "$d" 2>&1) || true
+    fi
+    printf '%s\n' "$out" >>"$WORK/tls-$name.log"
+    line=$(printf '%s\n' "$out" | grep '^RESULT' || true)
+    [ -n "$line" ] || { log "$name rep $rep: no result (see $WORK/tls-$name.log)"; line="RESULT rps=0 bps=0 p50_us=0 p99_us=0 requests=0 errors=-1"; }
+    log "$name rep $rep (cpu gate ${gate}%): ${line#RESULT }"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$rep" "$gate" "${line#RESULT }" >>"$RESULTS"
+}
+
+# ---- smoke check: every path answers 200 before anything is measured ---------------------
+for p in direct capgate squid tinyproxy; do
+    port=$(proxy_port $p)
+    if [ -z "$port" ]; then
+        out=$(wrk -t1 -c1 -d1s -s "$HERE/wrk.lua" "http://127.0.0.1:$NGINX_HTTP/1k" 2>&1)
+    else
+        host=$(origin_host $p)
+        out=$(TARGET_URL="http://$host/1k" TARGET_HOST="$host" \
+            wrk -t1 -c1 -d1s -s "$HERE/wrk.lua" "http://127.0.0.1:$port" 2>&1)
+    fi
+    line=$(printf '%s\n' "$out" | grep '^RESULT')
+    # tinyproxy closes after every response (wrk counts `read` errors); only status errors count here
+    case $line in *" status=0 "*) ;; *) die "smoke check via $p failed: $out" ;; esac
+    case $line in *" requests=0 "*) die "smoke check via $p: no request completed: $out" ;; esac
+done
+for p in direct capgate; do
+    if [ $p = direct ]; then
+        out=$("$PY" "$HERE/tls_client.py" --connect "127.0.0.1:$NGINX_TLS" --target "tls.local:$NGINX_TLS" \
+            --cafile "$WORK/pki/ca.pem" --procs 1 --duration 1 2>&1) || true
+    else
+        out=$("$PY" "$HERE/tls_client.py" --proxy "127.0.0.1:$CAPGATE_PORT" --target "tls.local:$NGINX_TLS" \
+            --cafile "$CAPGATE_CA" --procs 1 --duration 1 2>&1) || true
+    fi
+    case $out in *"errors=0"*) ;; *) die "TLS smoke check via $p failed: $out" ;; esac
+done
+log "smoke checks passed; ${REPS} reps, interleaved (rep 1 of everything, then rep 2, ...)"
+
+# ---- the runs --------------------------------------------------------------------------
+PATHS=(direct capgate squid tinyproxy)
+for rep in $(seq "$REPS"); do
+    for p in "${PATHS[@]}"; do run_wrk "c${CONNS}_1k_$p" "$p" 1k "$CONNS" "$THREADS" "$DURATION" "$rep"; done
+    for p in "${PATHS[@]}"; do run_wrk "c${CONNS}_1m_$p" "$p" 1m "$CONNS" "$THREADS" "$DURATION" "$rep"; done
+    for p in "${PATHS[@]}"; do run_wrk "c1_1k_$p" "$p" 1k 1 1 "$C1_DURATION" "$rep"; done
+    for p in direct capgate; do run_tls "tls_1k_$p" "$p" "$DURATION" "$rep"; done
+done
+
+sleep 2
+GW_RSS_END=$(rss_kb "$GW_PID")
+GW_HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null || echo 0)
+SQUID_RSS=$(rss_kb "$SQUID_MASTER" $(ps -o pid= --ppid "$SQUID_MASTER" 2>/dev/null || true))
+TINY_RSS=$(rss_kb "$TINY_PID" $(ps -o pid= --ppid "$TINY_PID" 2>/dev/null || true))
+kill -0 "$GW_PID" 2>/dev/null || die "the gateway died during the runs (see $WORK/capgate/gateway.log)"
+
+# ---- the table ---------------------------------------------------------------------------
+"$PY" - "$RESULTS" <<EOF
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, rep, gate, kv = line.rstrip("\n").split("\t")
+    d = dict(x.split("=") for x in kv.split())
+    d["gate"] = gate
+    rows.setdefault(name, []).append(d)
+def med(name, key):
+    v = [float(r[key]) for r in rows.get(name, []) if float(r.get("errors", 0)) >= 0]
+    return statistics.median(v) if v else float("nan")
+def runs(name, key, scale=1.0, fmt="{:.0f}"):
+    return " / ".join(fmt.format(float(r[key]) * scale) for r in rows.get(name, []))
+def errs(name):
+    return sum(int(r.get("errors", 0)) for r in rows.get(name, []))
+C = "$CONNS"
+paths = ["direct", "capgate", "squid", "tinyproxy"]
+print()
+print(f"capgate gateway benchmark: loopback, medians of $REPS interleaved runs; wrk -t$THREADS -c{C} "
+      f"${DURATION} s (c1: -t1 -c1 ${C1_DURATION} s)")
+print()
+print(f"| path | 1 KB c{C} req/s | p50 ms | p99 ms | 1 MB c{C} MB/s | p50 / p99 ms | 1 KB c1 req/s | c1 p50 / p99 ms | socket errors* |")
+print("|---|---|---|---|---|---|---|---|---|")
+for p in paths:
+    k, m, c1 = f"c{C}_1k_{p}", f"c{C}_1m_{p}", f"c1_1k_{p}"
+    print(f"| {p} | {med(k,'rps'):,.0f} | {med(k,'p50_us')/1e3:.2f} | {med(k,'p99_us')/1e3:.2f} "
+          f"| {med(m,'bps')/1e6:,.0f} | {med(m,'p50_us')/1e3:.1f} / {med(m,'p99_us')/1e3:.1f} "
+          f"| {med(c1,'rps'):,.0f} | {med(c1,'p50_us')/1e3:.3f} / {med(c1,'p99_us')/1e3:.3f} "
+          f"| {errs(k)+errs(m)+errs(c1)} |")
+print()
+print("per-run req/s (1 KB c%s): " % C + "; ".join(f"{p} {runs(f'c{C}_1k_{p}','rps')}" for p in paths))
+print("per-run MB/s (1 MB c%s): " % C + "; ".join(f"{p} {runs(f'c{C}_1m_{p}','bps',1e-6)}" for p in paths))
+print("* tinyproxy closes the client connection after every response; wrk counts those as read errors.")
+print()
+cg, sq, ti, di = (med(f"c{C}_1k_{p}", "rps") for p in ("capgate", "squid", "tinyproxy", "direct"))
+add99 = (med(f"c{C}_1k_capgate", "p99_us") - med(f"c{C}_1k_direct", "p99_us")) / 1e3
+add50 = (med(f"c{C}_1k_capgate", "p50_us") - med(f"c{C}_1k_direct", "p50_us")) / 1e3
+add99c1 = (med("c1_1k_capgate", "p99_us") - med("c1_1k_direct", "p99_us")) / 1e3
+tput = med(f"c{C}_1m_capgate", "bps") / med(f"c{C}_1m_direct", "bps")
+tls_c, tls_d = med("tls_1k_capgate", "rps"), med("tls_1k_direct", "rps")
+def ok(b): return "MET " if b else "MISSED"
+print("| goal | measured | |")
+print("|---|---|---|")
+print(f"| capgate ≥ 2× squid req/s (1 KB c{C}) | {cg/sq:.2f}× squid ({cg/di:.3f}× direct; squid {sq/di:.3f}×) | {ok(cg >= 2*sq)} |")
+print(f"| capgate ahead of tinyproxy req/s | {cg/ti:.2f}× tinyproxy | {ok(cg > ti)} |")
+print(f"| p99 added latency < 1 ms (c{C}, capgate p99 − direct p99) | {add99:+.2f} ms (p50 {add50:+.2f} ms; c1 p99 {add99c1:+.3f} ms) | {ok(add99 < 1.0)} |")
+print(f"| 1 MB throughput ≥ 70 % of direct | {100*tput:.0f} % (squid {100*med(f'c{C}_1m_squid','bps')/med(f'c{C}_1m_direct','bps'):.0f} %, tinyproxy {100*med(f'c{C}_1m_tinyproxy','bps')/med(f'c{C}_1m_direct','bps'):.0f} %) | {ok(tput >= 0.70)} |")
+print()
+print(f"TLS-intercepted (tls.local, bounded GET rule; $TLS_PROCS Python clients, one CONNECT tunnel each, keep-alive GET /1k, ${DURATION} s):")
+print(f"  capgate {tls_c:,.0f} req/s, p50 {med('tls_1k_capgate','p50_us')/1e3:.2f} / p99 {med('tls_1k_capgate','p99_us')/1e3:.2f} ms"
+      f"  vs direct HTTPS (same client) {tls_d:,.0f} req/s, p50 {med('tls_1k_direct','p50_us')/1e3:.2f} / p99 {med('tls_1k_direct','p99_us')/1e3:.2f} ms"
+      f"  → {tls_c/tls_d:.2f}× direct; errors {errs('tls_1k_capgate')}")
+print(f"  per-run req/s: capgate {runs('tls_1k_capgate','rps')}; direct {runs('tls_1k_direct','rps')}")
+print()
+print(f"Gateway RSS (VmRSS): idle after start {$GW_RSS_START/1024:.1f} MiB, idle after the runs {$GW_RSS_END/1024:.1f} MiB, peak (VmHWM) {$GW_HWM/1024:.1f} MiB;"
+      f" for comparison after the runs: squid (master+kid) {$SQUID_RSS/1024:.1f} MiB, tinyproxy {$TINY_RSS/1024:.1f} MiB")
+EOF

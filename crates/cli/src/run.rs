@@ -1,0 +1,584 @@
+//! `capgate run`: resolve the kits, gate them against the lock, provision the rules, start
+//! the gateway and the kernel sandbox, run install hooks under install grants, switch to
+//! runtime grants, run the workload, then report what was refused.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use capgate_gateway::addr::DangerousMapping;
+use capgate_gateway::proxy::Gateway;
+use capgate_policy::audit::{LogQuery, Timestamp, events};
+use capgate_policy::{Decision, Phase};
+use capgate_resolve::Plan;
+use capgate_sandbox::{
+    EtcFiles, HelperCommand, ListenerKind, ListenerSpec, RunCommand, Sandbox, SandboxError,
+    SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
+};
+use capgate_spec::caps::Capability;
+use capgate_spec::caps::lifecycle::Lifecycle;
+
+use crate::exit;
+use crate::gateway::{self, workload_env};
+use crate::kits;
+use crate::sandbox::{CreateArgs, provision};
+use crate::state::{SandboxDir, data_dir, open_store};
+
+/// The built-in workload for `capgate run -- CMD` with no kit: a shell with no grants.
+const DEFAULT_KIT: &str = "# syntax=docker/sandbox-kit:3
+# capgate's built-in workload: a shell with no network grants. The workspace is the
+# current directory, copied (the host copy is never modified).
+schemaVersion: \"3\"
+kind: workload
+displayName: capgate default shell
+description: A shell with no network grants.
+version: \"1.0.0\"
+provides: [capgate-shell]
+capabilities:
+  - type: com.docker.sandbox/sbx@1
+";
+
+/// Where the proxy, SOCKS and DNS listeners sit inside the sandbox.
+const PROXY_ADDR: &str = "127.0.0.1:3128";
+const SOCKS_ADDR: &str = "127.0.0.1:1080";
+const DNS_ADDR: &str = "127.0.0.1:53";
+const CA_IN_SANDBOX: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// A kit of the composition (repeatable): one workload and any mixins. Without any, the
+    /// built-in default: a shell with no network grants.
+    #[arg(long = "kit", value_name = "KIT")]
+    kits: Vec<PathBuf>,
+    /// A create-phase arg value (repeatable). A value goes only to kits that declare the arg.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = kits::parse_arg)]
+    args: Vec<(String, String)>,
+    /// Keep the sandbox under this name (its rules and volumes stay after the run);
+    /// without it the sandbox is removed when the run ends.
+    #[arg(long)]
+    name: Option<String>,
+    /// The host directory shown at /home/agent/workspace (default: the current directory).
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Bind the workspace read-write instead of copying it (the workload's writes reach
+    /// the host directory).
+    #[arg(long)]
+    mount: bool,
+    /// Memory limit, e.g. `512m` or `2g` (swap capped to it; tmpfs counts).
+    #[arg(long, value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Process and thread limit.
+    #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS)]
+    pids: u32,
+    /// Exit 3 if anything was refused during the run.
+    #[arg(long)]
+    fail_on_violation: bool,
+    /// Approve widenings of the lock and write it.
+    #[arg(long)]
+    approve: bool,
+    /// The lock file (default: `capgate.lock` beside the workload kit).
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Extra PEM roots the gateway trusts for upstream TLS.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Map a name onto an address for the gateway (tests, local development; logged loudly).
+    #[arg(long = "dangerously-resolve", value_name = "HOST=IP")]
+    dangerously_resolve: Vec<DangerousMapping>,
+    /// Start even where the host cannot apply a requested limit (loudly).
+    #[arg(long)]
+    dangerously_skip_limits: bool,
+    /// The command (default: a shell).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.trim_end_matches(['b', 'i']).chars().last() {
+        Some('k') => (&t[..t.find('k').unwrap_or(t.len())], 1u64 << 10),
+        Some('m') => (&t[..t.find('m').unwrap_or(t.len())], 1 << 20),
+        Some('g') => (&t[..t.find('g').unwrap_or(t.len())], 1 << 30),
+        Some('t') => (&t[..t.find('t').unwrap_or(t.len())], 1 << 40),
+        _ => (t.as_str(), 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{s}` is not a size such as `512m` or `2g`"))
+}
+
+/// Writes the built-in kit into the data directory and returns its directory.
+fn default_kit() -> Result<PathBuf> {
+    let dir = data_dir()?.join("builtin").join("shell");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let file = dir.join("kit.yaml");
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(DEFAULT_KIT) {
+        std::fs::write(&file, DEFAULT_KIT)
+            .with_context(|| format!("cannot write `{}`", file.display()))?;
+    }
+    Ok(dir)
+}
+
+fn random_name() -> String {
+    let mut b = [0u8; 3];
+    if getrandom::fill(&mut b).is_err() {
+        b = std::process::id().to_le_bytes()[..3]
+            .try_into()
+            .unwrap_or([0; 3]);
+    }
+    format!("run-{:02x}{:02x}{:02x}", b[0], b[1], b[2])
+}
+
+/// The composition's typed entries of one kind.
+fn lifecycle(plan: &Plan) -> Option<Lifecycle> {
+    plan.composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Lifecycle(l)) => Some(l.clone()),
+            _ => None,
+        })
+}
+
+fn memory_from_kits(plan: &Plan) -> Option<u64> {
+    plan.composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Resources(r)) => r.memory.as_deref().and_then(|m| parse_size(m).ok()),
+            _ => None,
+        })
+}
+
+/// volume@1 and host-mount@1 as mounts: persistent directories under the data directory
+/// (per sandbox for volumes, shared for host mounts), or tmpfs.
+fn volumes(plan: &Plan, sandbox_dir: &Path) -> Result<Vec<VolumeMount>> {
+    let mut out = Vec::new();
+    let key = |p: &str| {
+        capgate_spec::caps::clean_path(p)
+            .trim_start_matches('/')
+            .replace('/', "%2F")
+    };
+    for e in &plan.composed.entries {
+        match &e.capability {
+            Some(Capability::Volume(v)) if v.tmpfs => out.push(VolumeMount {
+                target: PathBuf::from(capgate_spec::caps::clean_path(&v.path)),
+                source: VolumeSource::Tmpfs {
+                    size: parse_size(&v.size).unwrap_or(capgate_sandbox::DEFAULT_TMPFS_SIZE),
+                },
+            }),
+            Some(Capability::Volume(v)) => out.push(VolumeMount {
+                target: PathBuf::from(capgate_spec::caps::clean_path(&v.path)),
+                source: VolumeSource::Dir(sandbox_dir.join("volumes").join(key(&v.path))),
+            }),
+            Some(Capability::HostMount(m)) => out.push(VolumeMount {
+                target: PathBuf::from(&m.path),
+                source: VolumeSource::Dir(data_dir()?.join("host-mounts").join(key(&m.path))),
+            }),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The environment every command inside starts from (never the host's).
+fn base_env(sandbox: &str, plan: &Plan) -> Result<Vec<(String, String)>> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in [
+        ("HOME", "/home/agent"),
+        ("USER", "agent"),
+        ("LOGNAME", "agent"),
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("LANG", "C.UTF-8"),
+        ("HOSTNAME", sandbox),
+    ] {
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    let term = if std::io::stdout().is_terminal() {
+        "xterm-256color"
+    } else {
+        "dumb"
+    };
+    env.insert("TERM".to_owned(), term.to_owned());
+    // Kit args exported with `env:`.
+    for unit in plan.layered_units() {
+        for decl in &unit.descriptor.args {
+            if let (Some(name), Some(value)) = (&decl.env, unit.args.get(&decl.name)) {
+                env.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    env.extend(workload_env(
+        sandbox,
+        &format!("http://{PROXY_ADDR}"),
+        CA_IN_SANDBOX,
+    )?);
+    env.insert("ALL_PROXY".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
+    env.insert("all_proxy".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
+    Ok(env.into_iter().collect())
+}
+
+/// System roots plus the capgate CA, for `/etc/ssl/certs/ca-certificates.crt` inside.
+fn ca_bundle() -> Result<Vec<u8>> {
+    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(gateway::ca()?.cert_pem().as_bytes());
+    Ok(bundle)
+}
+
+/// Maps a failure to start the sandbox or the command onto the container-runtime codes.
+fn start_failure(e: &SandboxError) -> u8 {
+    match e {
+        SandboxError::Command { message, .. }
+            if message.contains("No such file") || message.contains("not found") =>
+        {
+            127
+        }
+        SandboxError::Command { .. } => 126,
+        _ => 125,
+    }
+}
+
+fn status_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        _ => 1,
+    }
+}
+
+pub fn run(args: &RunArgs) -> Result<u8> {
+    let ephemeral = args.name.is_none();
+    let name = args.name.clone().unwrap_or_else(random_name);
+    let kits = if args.kits.is_empty() {
+        vec![default_kit()?]
+    } else {
+        args.kits.clone()
+    };
+    let create = CreateArgs {
+        name: name.clone(),
+        kits,
+        args: args.args.clone(),
+        lock: args.lock.clone(),
+        approve: args.approve,
+        json: false,
+    };
+    let plan = match provision(&create)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let outcome = run_provisioned(args, &name, &plan);
+    if ephemeral {
+        if let Ok(mut store) = open_store() {
+            let _ = store.remove_sandbox(&name);
+        }
+        if let Ok(dir) = SandboxDir::of(&name) {
+            let _ = dir.remove();
+        }
+    }
+    outcome
+}
+
+fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
+    let started = Timestamp::now();
+    let dir = SandboxDir::of(name)?;
+    let workspace = match &args.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let workspace = std::fs::canonicalize(&workspace)
+        .with_context(|| format!("workspace `{}`", workspace.display()))?;
+    let hooks = lifecycle(plan);
+    let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
+    let first_phase = if has_install {
+        Phase::Install
+    } else {
+        Phase::Runtime
+    };
+
+    // The gateway: the sandbox's only way out.
+    let cfg = gateway::config(
+        name,
+        args.upstream_ca.as_deref(),
+        args.dangerously_resolve.clone(),
+        first_phase,
+    )?;
+    let phase = Arc::clone(&cfg.phase);
+    let audit = cfg.audit.clone();
+    gateway::watch_rules(name.to_owned(), Arc::clone(&cfg.policy));
+    let gw = Gateway::new(cfg);
+
+    // The sandbox.
+    let state_dir = dir.dir.join("state");
+    std::fs::create_dir_all(&state_dir)?;
+    let mut spec = SandboxSpec::new(
+        name.to_owned(),
+        state_dir,
+        Workspace {
+            host_dir: workspace,
+            mode: if args.mount {
+                WorkspaceMode::Mount
+            } else {
+                WorkspaceMode::Copy
+            },
+        },
+    );
+    spec.volumes = volumes(plan, &dir.dir)?;
+    spec.etc = EtcFiles {
+        shell: PathBuf::from(if Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        }),
+        hosts: None,
+        resolv_conf: None,
+        ca_bundle: ca_bundle()?,
+    };
+    spec.env = base_env(name, plan)?;
+    spec.limits.pids = args.pids;
+    spec.limits.memory = args.memory.or_else(|| memory_from_kits(plan));
+    spec.limits.skip_unavailable = args.dangerously_skip_limits;
+    let addr = |s: &str| -> Result<SocketAddr> { Ok(s.parse()?) };
+    spec.listeners = vec![
+        ListenerSpec {
+            addr: addr(PROXY_ADDR)?,
+            kind: ListenerKind::Tcp,
+        },
+        ListenerSpec {
+            addr: addr(SOCKS_ADDR)?,
+            kind: ListenerKind::Tcp,
+        },
+        ListenerSpec {
+            addr: addr(DNS_ADDR)?,
+            kind: ListenerKind::Udp,
+        },
+    ];
+    let helper = HelperCommand {
+        exe: std::env::current_exe().context("cannot find the capgate executable")?,
+        args: vec![OsString::from("__sandbox")],
+    };
+    let (mut sandbox, fds) = match Sandbox::start(&spec, &helper) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("capgate: the sandbox could not start: {e}");
+            let report = capgate_sandbox::probe_host();
+            eprintln!("{report}");
+            return Ok(start_failure(&e));
+        }
+    };
+    for w in &sandbox.report().warnings {
+        eprintln!("capgate: WARNING: {w}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    serve_listeners(&runtime, &gw, fds)?;
+
+    // Install hooks under install grants, then runtime grants for everything else.
+    let mut code = exit::OK;
+    if let Some(l) = &hooks {
+        for (i, hook) in l.install.iter().enumerate() {
+            let mut cmd = RunCommand::agent(hook.command.clone());
+            cmd.user = if hook
+                .user
+                .as_deref()
+                .is_some_and(|u| u != "0" && u != "root")
+            {
+                User::Agent
+            } else {
+                User::Root
+            };
+            match sandbox.run(&cmd) {
+                Ok(s) if s.success() => {}
+                Ok(s) => {
+                    eprintln!(
+                        "capgate: install hook {} failed (exit {})",
+                        i + 1,
+                        status_code(s)
+                    );
+                    code = 1;
+                    break;
+                }
+                Err(e) => {
+                    eprintln!("capgate: install hook {} could not start: {e}", i + 1);
+                    code = start_failure(&e);
+                    break;
+                }
+            }
+        }
+    }
+    phase.set(Phase::Runtime);
+    if code == exit::OK {
+        code = run_workload(&mut sandbox, args, hooks.as_ref());
+    }
+    let _ = sandbox.stop();
+    runtime.shutdown_background();
+
+    // What was refused.
+    if let Some(a) = &audit {
+        let _ = a.flush();
+    }
+    let refused = summarize(name, started)?;
+    if args.fail_on_violation && refused > 0 {
+        return Ok(exit::VIOLATION);
+    }
+    Ok(code)
+}
+
+fn run_workload(sandbox: &mut Sandbox, args: &RunArgs, hooks: Option<&Lifecycle>) -> u8 {
+    if let Some(l) = hooks {
+        for hook in &l.startup {
+            let argv = if hook.background {
+                let mut v = vec![
+                    "sh".to_owned(),
+                    "-c".to_owned(),
+                    "\"$@\" >/dev/null 2>&1 &".to_owned(),
+                    "sh".to_owned(),
+                ];
+                v.extend(hook.command.iter().cloned());
+                v
+            } else {
+                hook.command.clone()
+            };
+            let mut cmd = RunCommand::agent(argv);
+            if hook
+                .user
+                .as_deref()
+                .is_some_and(|u| u == "0" || u == "root")
+            {
+                cmd.user = User::Root;
+            }
+            if let Err(e) = sandbox.run(&cmd) {
+                eprintln!("capgate: a startup hook could not start: {e}");
+            }
+        }
+    }
+    let argv = if args.command.is_empty() {
+        vec![if Path::new("/bin/bash").exists() {
+            "/bin/bash".to_owned()
+        } else {
+            "/bin/sh".to_owned()
+        }]
+    } else {
+        args.command.clone()
+    };
+    match sandbox.run(&RunCommand::agent(argv)) {
+        Ok(status) => status_code(status),
+        Err(e) => {
+            eprintln!("capgate: {e}");
+            start_failure(&e)
+        }
+    }
+}
+
+/// Accepts on the listeners the sandbox made inside its network namespace.
+fn serve_listeners(
+    runtime: &tokio::runtime::Runtime,
+    gw: &Gateway,
+    fds: Vec<OwnedFd>,
+) -> Result<()> {
+    let mut fds = fds.into_iter();
+    let (Some(proxy), Some(socks), Some(dns)) = (fds.next(), fds.next(), fds.next()) else {
+        bail!("the sandbox passed out fewer listeners than asked for");
+    };
+    let _guard = runtime.enter();
+    let tcp = |fd: OwnedFd| -> Result<tokio::net::TcpListener> {
+        let l = std::net::TcpListener::from(fd);
+        l.set_nonblocking(true)?;
+        Ok(tokio::net::TcpListener::from_std(l)?)
+    };
+    let (proxy, socks) = (tcp(proxy)?, tcp(socks)?);
+    let udp = std::net::UdpSocket::from(dns);
+    udp.set_nonblocking(true)?;
+    let dns = tokio::net::UdpSocket::from_std(udp)?;
+    let (g1, g2, g3) = (gw.clone(), gw.clone(), gw.clone());
+    runtime.spawn(async move { g1.serve_http(proxy).await });
+    runtime.spawn(async move { g2.serve_socks(socks).await });
+    runtime.spawn(async move { g3.serve_dns(dns).await });
+    Ok(())
+}
+
+/// Prints what the gateway refused during the run; returns how many refusals there were.
+fn summarize(name: &str, since: Timestamp) -> Result<usize> {
+    let store = open_store()?;
+    let denied: Vec<_> = events(
+        &store,
+        &LogQuery {
+            sandbox: Some(name.to_owned()),
+            limit: None,
+            since: Some(since),
+        },
+    )?
+    .into_iter()
+    .filter(|e| e.decision == Decision::Deny)
+    .collect();
+    if denied.is_empty() {
+        return Ok(0);
+    }
+    eprintln!(
+        "capgate: {} refused in sandbox `{name}`:",
+        plural(denied.len())
+    );
+    let mut shown = BTreeMap::new();
+    for e in &denied {
+        let what = match (&e.method, &e.path) {
+            (Some(m), Some(p)) => format!("{m} {}:{}{p}", e.host, e.port),
+            _ => format!("{}:{}", e.host, e.port),
+        };
+        *shown
+            .entry((what, e.reason.code(), e.rule_id.clone()))
+            .or_insert(0u32) += 1;
+    }
+    for ((what, reason, rule), count) in shown.iter().take(20) {
+        let rule = rule
+            .as_deref()
+            .map(|r| format!(" (rule {r})"))
+            .unwrap_or_default();
+        let times = if *count > 1 {
+            format!(" ×{count}")
+        } else {
+            String::new()
+        };
+        eprintln!("  {what}: {reason}{rule}{times}");
+    }
+    eprintln!("  (details: capgate policy log --sandbox {name})");
+    Ok(denied.len())
+}
+
+fn plural(n: usize) -> String {
+    if n == 1 {
+        "1 request was".to_owned()
+    } else {
+        format!("{n} requests were")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

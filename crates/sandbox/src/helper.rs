@@ -1,0 +1,627 @@
+//! The helper process (host side, a fresh single-threaded exec of the caller's binary) and
+//! the sandbox's init (pid 1 of the new pid namespace, cloned from the helper).
+//!
+//! ```text
+//! caller (capgate, maybe multithreaded)
+//!   └─ helper: cgroup, clone(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS), id maps, waits, cleans up
+//!        └─ init (pid 1): builds the root, listeners, hardens itself, then serves Run requests
+//!             └─ command: setsid, stdio, ids, caps cleared, seccomp, execve
+//! ```
+//! The caller talks to the init directly over the control socket (the helper closes its
+//! copy once the init runs). The caller's death closes the socket: the init exits, and the
+//! kernel kills every process of the pid namespace with it. The helper's death kills the
+//! init (`PR_SET_PDEATHSIG`).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::cgroup;
+use crate::error::{RemoteError, Step};
+use crate::idmap;
+use crate::kernel::{Applied, Effect, Kernel};
+use crate::linux::Linux;
+use crate::plan::{self, HostView};
+use crate::proto::{self, Reply, Request, WireCommand};
+use crate::report::{LandlockEnforcement, StartReport};
+use crate::spec::{SandboxSpec, VolumeSource, WorkspaceMode};
+use crate::sys::{self, Forked};
+
+/// The descriptor number the caller passes the control socket on.
+pub(crate) const CTL_FD: i32 = 3;
+
+/// The hidden entry point: `capgate __sandbox --ctl-fd 3` calls this with `["--ctl-fd", "3"]`.
+/// It must be called at the start of a fresh process (before any thread is spawned).
+pub fn helper_main(args: Vec<OsString>) -> ExitCode {
+    let fd = match args.as_slice() {
+        [flag, n] if flag == "--ctl-fd" => n.to_str().and_then(|n| n.parse::<i32>().ok()),
+        _ => None,
+    };
+    let Some(fd) = fd else {
+        eprintln!(
+            "capgate sandbox helper: expected `--ctl-fd N`; this entry point is started by capgate itself"
+        );
+        return ExitCode::from(2);
+    };
+    let ctl = match sys::take_inherited_fd(fd) {
+        Ok(ctl) => ctl,
+        Err(e) => {
+            eprintln!("capgate sandbox helper: control descriptor {fd}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    sys::ignore_terminal_signals();
+    let spec = match proto::recv::<Request>(ctl.as_fd()) {
+        Ok(Some((Request::Start { version, spec }, _))) if version == proto::VERSION => spec,
+        Ok(Some((Request::Start { version, .. }, _))) => {
+            fail(
+                &ctl,
+                RemoteError::setup(
+                    Step::Request,
+                    format!("protocol version {version}, expected {}", proto::VERSION),
+                ),
+            );
+            return ExitCode::from(2);
+        }
+        Ok(_) | Err(_) => return ExitCode::from(2),
+    };
+    match run_helper(ctl, &spec) {
+        Ok(code) => code,
+        Err((ctl, e)) => {
+            fail(&ctl, e);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn fail(ctl: &OwnedFd, e: RemoteError) {
+    // The caller may be gone; nothing more to do then.
+    let _ = proto::send(ctl.as_fd(), &Reply::Failed(e), &[]);
+}
+
+type HelperResult<T> = Result<T, (OwnedFd, RemoteError)>;
+
+fn setup_err(step: Step) -> impl Fn(std::io::Error) -> RemoteError {
+    move |e| RemoteError::setup(step, e)
+}
+
+fn apply_all(k: &mut impl Kernel, effects: &[(Step, Effect)]) -> Result<(), RemoteError> {
+    for (step, effect) in effects {
+        k.apply(effect).map_err(setup_err(*step))?;
+    }
+    Ok(())
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Host-side preparation: directories the mounts need.
+fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
+    let e = |what: &str, path: &Path, err: std::io::Error| {
+        RemoteError::setup(
+            Step::StateDir,
+            format!("{what} `{}`: {err}", path.display()),
+        )
+    };
+    if !spec.workspace.host_dir.is_dir() {
+        return Err(RemoteError::setup(
+            Step::StateDir,
+            format!(
+                "the workspace `{}` is not a directory",
+                spec.workspace.host_dir.display()
+            ),
+        ));
+    }
+    for dir in [spec.state_dir.clone(), spec.state_dir.join("root")] {
+        create_private_dir(&dir).map_err(|err| e("create", &dir, err))?;
+    }
+    if spec.workspace.mode == WorkspaceMode::Copy {
+        for dir in [spec.state_dir.join("upper"), spec.state_dir.join("work")] {
+            create_private_dir(&dir).map_err(|err| e("create", &dir, err))?;
+        }
+        // The overlay's root takes the upper directory's mode: give it the host directory's
+        // (the state directory itself stays 0700 on the host).
+        use std::os::unix::fs::PermissionsExt;
+        let upper = spec.state_dir.join("upper");
+        let mode = std::fs::metadata(&spec.workspace.host_dir)
+            .map_err(|err| e("stat", &spec.workspace.host_dir, err))?
+            .permissions()
+            .mode()
+            & 0o7777;
+        std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode))
+            .map_err(|err| e("chmod", &upper, err))?;
+    }
+    for v in &spec.volumes {
+        if let VolumeSource::Dir(src) = &v.source {
+            create_private_dir(src).map_err(|err| e("create", src, err))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes a leftover cgroup of a previous sandbox with the same name, if it is empty.
+fn clear_stale_cgroups(dirs: &[PathBuf], name: &str) -> Result<(), RemoteError> {
+    for dir in dirs {
+        if !dir.exists() {
+            continue;
+        }
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            return Err(RemoteError::setup(
+                Step::Cgroup,
+                format!(
+                    "a sandbox named `{name}` is already running (cgroup `{}` has processes)",
+                    dir.display()
+                ),
+            ));
+        }
+        std::fs::remove_dir(dir).map_err(|err| {
+            RemoteError::setup(
+                Step::Cgroup,
+                format!("remove stale `{}`: {err}", dir.display()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Removes the sandbox's cgroups, killing anything still in them first.
+fn remove_cgroups(k: &mut Linux, dirs: &[PathBuf]) -> bool {
+    let mut clean = true;
+    for dir in dirs {
+        let mut removed = false;
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            if k.apply(&Effect::CgroupRemove(dir.clone())).is_ok() || !dir.exists() {
+                removed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !removed {
+            eprintln!(
+                "capgate sandbox helper: could not remove the cgroup `{}`",
+                dir.display()
+            );
+            clean = false;
+        }
+    }
+    clean
+}
+
+fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
+    macro_rules! tryh {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(err) => return Err((ctl, err)),
+            }
+        };
+    }
+    tryh!(
+        spec.validate()
+            .map_err(|e| RemoteError::setup(Step::Request, e))
+    );
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let name = user_name(uid);
+    let maps = tryh!(
+        idmap::choose(
+            uid,
+            gid,
+            name.as_deref(),
+            idmap::read_optional(Path::new("/etc/subuid")).as_deref(),
+            idmap::read_optional(Path::new("/etc/subgid")).as_deref(),
+        )
+        .map_err(|explanation| RemoteError::Unavailable {
+            feature: "a second mapped id (root inside)".into(),
+            explanation,
+        })
+    );
+    tryh!(prepare_state(spec));
+
+    // cgroups.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let layout = cgroup::detect(&mountinfo, &self_cgroup, |p| {
+        std::fs::read_to_string(p.join("cgroup.controllers")).ok()
+    });
+    let limits = spec.limits;
+    let mut cg = tryh!(
+        cgroup::plan(
+            &layout,
+            &spec.name,
+            limits.pids,
+            limits.memory,
+            limits.skip_unavailable
+        )
+        .map_err(|m| {
+            RemoteError::Unavailable {
+                feature: m.feature,
+                explanation: m.explanation,
+            }
+        })
+    );
+    tryh!(clear_stale_cgroups(&cg.dirs, &spec.name));
+    let mut k = Linux::default();
+    let swap_kb =
+        cgroup::swap_total_kb(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
+    let before = plan::helper_effects_before_clone(&cg, uid == 0);
+    for (step, effect) in &before {
+        match k.apply(effect) {
+            Ok(Applied::Absent) => {
+                // Only the swap cap is optional, and only as far as the host has no swap.
+                let Effect::CgroupWrite { file, .. } = effect else {
+                    continue;
+                };
+                let explanation = format!(
+                    "`{}` does not exist: the kernel has no swap accounting (boot with swapaccount=1), so swap cannot be capped",
+                    file.display()
+                );
+                if swap_kb == 0 {
+                    continue;
+                } else if limits.skip_unavailable {
+                    cg.warnings.push(format!(
+                        "WARNING: swap NOT capped (--dangerously-skip-limits): {explanation}"
+                    ));
+                } else {
+                    remove_cgroups(&mut k, &cg.dirs);
+                    return Err((
+                        ctl,
+                        RemoteError::Unavailable {
+                            feature: "swap capping for the memory limit".into(),
+                            explanation,
+                        },
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                remove_cgroups(&mut k, &cg.dirs);
+                return Err((ctl, RemoteError::setup(*step, e)));
+            }
+        }
+    }
+
+    let warnings_before_clone = cg.warnings.len();
+    let host = HostView::read();
+    let root = spec.state_dir.join("root");
+    let (release_r, release_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            remove_cgroups(&mut k, &cg.dirs);
+            return Err((ctl, RemoteError::setup(Step::Namespaces, e)));
+        }
+    };
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    let pid = match sys::clone_into_namespaces(flags) {
+        Ok(Forked::Child) => {
+            drop(release_w);
+            init_main(
+                ctl,
+                release_r,
+                spec,
+                &host,
+                &root,
+                cg.dirs.clone(),
+                cg.warnings.clone(),
+            )
+        }
+        Ok(Forked::Parent(pid)) => pid,
+        Err(e) => {
+            remove_cgroups(&mut k, &cg.dirs);
+            let msg = format!("clone: {e}; {}", namespaces_hint());
+            return Err((ctl, RemoteError::setup(Step::Namespaces, msg)));
+        }
+    };
+    drop(release_r);
+    if let Err(e) = apply_all(
+        &mut k,
+        &plan::helper_effects_after_clone(pid.as_raw(), &maps, &cg.dirs),
+    ) {
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+        remove_cgroups(&mut k, &cg.dirs);
+        return Err((ctl, e));
+    }
+    // The release: one byte, then the warnings found after the clone, one per line, then a
+    // NUL. The pipe stays open while the helper lives: it is the init's lifeline (the
+    // parent-death signal is reset when the init changes its ids, see `plan`).
+    let mut release = std::fs::File::from(release_w);
+    let mut message = vec![1u8];
+    for w in cg.warnings.iter().skip(warnings_before_clone) {
+        message.extend_from_slice(w.replace(['\n', '\0'], " ").as_bytes());
+        message.push(b'\n');
+    }
+    message.push(0);
+    if release.write_all(&message).is_err() {
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    }
+    // From here on the init reports to the caller.
+    drop(ctl);
+    let status = loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    drop(release);
+    let clean = remove_cgroups(&mut k, &cg.dirs);
+    match (status, clean) {
+        (Ok(_), true) => Ok(ExitCode::SUCCESS),
+        _ => Ok(ExitCode::from(3)),
+    }
+}
+
+fn namespaces_hint() -> String {
+    let report = crate::probe::probe_host();
+    report
+        .check(crate::probe::Feature::UserNamespaces)
+        .map(|c| c.detail.clone())
+        .unwrap_or_default()
+}
+
+/// Landlock gaps as report warnings.
+fn landlock_warnings(report: &crate::report::LandlockReport) -> Vec<String> {
+    let mut w = Vec::new();
+    if report.enforcement != LandlockEnforcement::Fully {
+        w.push(format!(
+            "WARNING: Landlock is {} (kernel ABI {}); the mount and namespace walls still hold",
+            if report.enforcement == LandlockEnforcement::Partially {
+                "only partially enforced"
+            } else {
+                "NOT enforced"
+            },
+            report.abi
+        ));
+    }
+    if !report.tcp_connect_restricted {
+        w.push("WARNING: Landlock cannot restrict TCP connect on this kernel (ABI < 4); the network namespace still holds".into());
+    }
+    w
+}
+
+/// The sandbox's init. Never returns.
+fn init_main(
+    ctl: OwnedFd,
+    release: OwnedFd,
+    spec: &SandboxSpec,
+    host: &HostView,
+    root: &Path,
+    cgroups: Vec<PathBuf>,
+    mut warnings: Vec<String>,
+) -> ! {
+    let mut k = Linux {
+        release: Some(release),
+        ..Linux::default()
+    };
+    let mut listeners: Vec<OwnedFd> = Vec::new();
+    let mut landlock = None;
+    for (step, effect) in plan::init_effects(spec, host, root) {
+        match k.apply(&effect) {
+            Ok(Applied::Listener(fd)) => listeners.push(fd),
+            Ok(Applied::Landlock(r)) => landlock = Some(r),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = proto::send(
+                    ctl.as_fd(),
+                    &Reply::Failed(RemoteError::setup(step, e)),
+                    &[],
+                );
+                sys::exit_immediately(1);
+            }
+        }
+    }
+    let landlock = landlock.unwrap_or_default();
+    warnings.append(&mut k.release_notes);
+    warnings.extend(landlock_warnings(&landlock));
+    let report = StartReport {
+        landlock,
+        cgroups,
+        warnings,
+    };
+    if proto::send(
+        ctl.as_fd(),
+        &Reply::Ready(report),
+        &proto::borrow_all(&listeners),
+    )
+    .is_err()
+    {
+        sys::exit_immediately(1);
+    }
+    drop(listeners);
+    serve(ctl, &spec.env, &k)
+}
+
+/// Raw wait status from nix's decoded form.
+fn raw_status(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some((code & 0xff) << 8),
+        WaitStatus::Signaled(_, sig, core) => Some(sig as i32 | if core { 0x80 } else { 0 }),
+        _ => None,
+    }
+}
+
+/// The init's loop: reap every child, run commands, exit when the caller says so or goes.
+fn serve(ctl: OwnedFd, base_env: &[(String, String)], init: &Linux) -> ! {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    if mask.thread_block().is_err() {
+        sys::exit_immediately(1);
+    }
+    let Ok(sigfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+    else {
+        sys::exit_immediately(1);
+    };
+    let Some(lifeline) = init.lifeline.as_ref() else {
+        sys::exit_immediately(1);
+    };
+    let mut running: Option<Pid> = None;
+    loop {
+        let (ctl_ready, child_ready) = {
+            let mut fds = [
+                PollFd::new(ctl.as_fd(), PollFlags::POLLIN),
+                PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
+            ];
+            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => sys::exit_immediately(1),
+            }
+            let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+            // The helper is gone (its end of the lifeline closed): so is the sandbox.
+            if ready(&fds[2]) {
+                sys::exit_immediately(0);
+            }
+            (ready(&fds[0]), ready(&fds[1]))
+        };
+        if child_ready {
+            while let Ok(Some(_)) = sigfd.read_signal() {}
+            loop {
+                match nix::sys::wait::waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) | Err(_) => break,
+                    // Orphans reparented to pid 1 are reaped here too.
+                    Ok(status) => {
+                        if status.pid() == running
+                            && let Some(raw) = raw_status(status)
+                        {
+                            running = None;
+                            if proto::send(ctl.as_fd(), &Reply::Exited { status: raw }, &[])
+                                .is_err()
+                            {
+                                sys::exit_immediately(0);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if ctl_ready {
+            match proto::recv::<Request>(ctl.as_fd()) {
+                Ok(Some((Request::Run(cmd), fds))) => {
+                    let reply = if running.is_some() {
+                        Some(not_started(&cmd, "another command is still running"))
+                    } else {
+                        match spawn(&cmd, base_env, init, fds) {
+                            Ok(pid) => {
+                                running = Some(pid);
+                                None
+                            }
+                            Err(message) => Some(not_started(&cmd, &message)),
+                        }
+                    };
+                    if let Some(reply) = reply
+                        && proto::send(ctl.as_fd(), &reply, &[]).is_err()
+                    {
+                        sys::exit_immediately(0);
+                    }
+                }
+                // Stop, end of stream (the caller is gone) or garbage: pid 1 exits and the
+                // kernel kills every process of the namespace.
+                _ => sys::exit_immediately(0),
+            }
+        }
+    }
+}
+
+fn not_started(cmd: &WireCommand, message: &str) -> Reply {
+    Reply::NotStarted {
+        program: cmd.argv.first().cloned().unwrap_or_default(),
+        message: message.to_string(),
+    }
+}
+
+/// Forks and execs a command; returns once it has exec'd (or failed to).
+fn spawn(
+    cmd: &WireCommand,
+    base_env: &[(String, String)],
+    init: &Linux,
+    fds: Vec<OwnedFd>,
+) -> Result<Pid, String> {
+    if cmd.argv.is_empty() {
+        return Err("empty command".into());
+    }
+    let stdio: [OwnedFd; 3] = fds
+        .try_into()
+        .map_err(|_| "expected three descriptors for stdio".to_string())?;
+    let raw = [
+        stdio[0].as_raw_fd(),
+        stdio[1].as_raw_fd(),
+        stdio[2].as_raw_fd(),
+    ];
+    let env = plan::command_env(base_env, &cmd.env);
+    let effects = plan::command_effects(&cmd.argv, &env, cmd.user, &cmd.cwd, raw);
+    let (mut err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map(|(r, w)| (std::fs::File::from(r), std::fs::File::from(w)))
+        .map_err(|e| format!("pipe: {e}"))?;
+    match sys::fork_single_threaded().map_err(|e| format!("fork: {e}"))? {
+        Forked::Child => {
+            drop(err_r);
+            let mut err_w = err_w;
+            let mut k = Linux {
+                release: None,
+                stdio: Some(stdio),
+                landlock: init.landlock_for_child(),
+                ..Linux::default()
+            };
+            for (i, effect) in effects.iter().enumerate() {
+                if let Err(e) = k.apply(effect) {
+                    let what = match effect {
+                        Effect::Exec { .. } => "exec".to_string(),
+                        Effect::Chdir(_) => "chdir".to_string(),
+                        other => format!("step {i} ({other:?})"),
+                    };
+                    let _ = err_w.write_all(format!("{what}: {e}").as_bytes());
+                    sys::exit_immediately(127);
+                }
+            }
+            sys::exit_immediately(127)
+        }
+        Forked::Parent(pid) => {
+            drop(err_w);
+            drop(stdio);
+            let mut message = String::new();
+            let _ = err_r.read_to_string(&mut message);
+            if message.is_empty() {
+                Ok(pid)
+            } else {
+                let _ = nix::sys::wait::waitpid(pid, None);
+                Err(message)
+            }
+        }
+    }
+}

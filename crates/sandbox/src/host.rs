@@ -1,0 +1,203 @@
+//! The caller's handle on a running sandbox.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use crate::error::SandboxError;
+use crate::helper::CTL_FD;
+use crate::proto::{self, Reply, Request, WireCommand};
+use crate::report::StartReport;
+use crate::spec::{HelperCommand, RunCommand, SandboxSpec};
+use crate::sys;
+
+/// A running sandbox: namespaces, filesystem, cgroup and a waiting init. Dropping it stops it.
+#[derive(Debug)]
+pub struct Sandbox {
+    name: String,
+    ctl: Option<OwnedFd>,
+    helper: Option<Child>,
+    report: StartReport,
+}
+
+fn os(action: &'static str) -> impl Fn(std::io::Error) -> SandboxError {
+    move |source| SandboxError::Os { action, source }
+}
+
+impl Sandbox {
+    /// Starts the sandbox's namespaces and filesystem (no workload yet) by exec'ing the
+    /// helper, and returns the listeners created inside its network namespace (in the order
+    /// of `spec.listeners`) for the gateway to accept on.
+    pub fn start(
+        spec: &SandboxSpec,
+        helper: &HelperCommand,
+    ) -> Result<(Sandbox, Vec<OwnedFd>), SandboxError> {
+        spec.validate()?;
+        let (ours, theirs) = proto::pair().map_err(os("creating the control socket"))?;
+        let mut cmd = Command::new(&helper.exe);
+        cmd.args(&helper.args)
+            .arg("--ctl-fd")
+            .arg(CTL_FD.to_string())
+            .env_clear()
+            .stdin(Stdio::null());
+        sys::pass_fd_as(&mut cmd, theirs.as_raw_fd(), CTL_FD);
+        let child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+            exe: helper.exe.clone(),
+            source,
+        })?;
+        drop(theirs);
+        let mut sandbox = Sandbox {
+            name: spec.name.clone(),
+            ctl: Some(ours),
+            helper: Some(child),
+            report: StartReport::default(),
+        };
+        let request = Request::Start {
+            version: proto::VERSION,
+            spec: Box::new(spec.clone()),
+        };
+        let ctl = sandbox.ctl()?;
+        proto::send(ctl, &request, &[]).map_err(os("sending the sandbox spec"))?;
+        match proto::recv::<Reply>(ctl) {
+            Ok(Some((Reply::Ready(report), fds))) => {
+                if fds.len() != spec.listeners.len() {
+                    return Err(SandboxError::Protocol {
+                        detail: format!(
+                            "{} listeners asked for, {} received",
+                            spec.listeners.len(),
+                            fds.len()
+                        ),
+                    });
+                }
+                sandbox.report = report;
+                Ok((sandbox, fds))
+            }
+            Ok(Some((Reply::Failed(e), _))) => {
+                sandbox.shutdown();
+                Err(e.into())
+            }
+            Ok(Some((other, _))) => Err(SandboxError::Protocol {
+                detail: format!("unexpected reply to start: {other:?}"),
+            }),
+            Ok(None) | Err(_) => {
+                let status = sandbox.shutdown();
+                Err(SandboxError::Setup {
+                    step: crate::error::Step::Namespaces,
+                    message: format!("the helper exited before the sandbox was ready ({status})"),
+                })
+            }
+        }
+    }
+
+    /// What the start established (Landlock status, cgroups, warnings).
+    pub fn report(&self) -> &StartReport {
+        &self.report
+    }
+
+    /// The sandbox's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ctl(&self) -> Result<BorrowedFd<'_>, SandboxError> {
+        self.ctl
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or_else(|| SandboxError::Gone {
+                name: self.name.clone(),
+            })
+    }
+
+    /// Runs one command inside (a fresh process, as `cmd.user`, all capabilities dropped,
+    /// seccomp applied) and waits for it. Stdio not given is the caller's.
+    pub fn run(&mut self, cmd: &RunCommand) -> Result<ExitStatus, SandboxError> {
+        if cmd.argv.is_empty() {
+            return Err(SandboxError::InvalidSpec {
+                field: "argv",
+                value: String::new(),
+                reason: "must name a program",
+            });
+        }
+        crate::spec::sandbox_path("cwd", &cmd.cwd)?;
+        let (own_in, own_out, own_err) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+        let stdin = cmd
+            .stdin
+            .as_ref()
+            .map(AsFd::as_fd)
+            .unwrap_or_else(|| own_in.as_fd());
+        let stdout = cmd
+            .stdout
+            .as_ref()
+            .map(AsFd::as_fd)
+            .unwrap_or_else(|| own_out.as_fd());
+        let stderr = cmd
+            .stderr
+            .as_ref()
+            .map(AsFd::as_fd)
+            .unwrap_or_else(|| own_err.as_fd());
+        let wire = WireCommand {
+            argv: cmd.argv.clone(),
+            env: cmd.env.clone(),
+            user: cmd.user,
+            cwd: cmd.cwd.clone(),
+        };
+        let gone = |_| SandboxError::Gone {
+            name: self.name.clone(),
+        };
+        let ctl = self.ctl()?;
+        proto::send(ctl, &Request::Run(wire), &[stdin, stdout, stderr]).map_err(gone)?;
+        match proto::recv::<Reply>(ctl).map_err(gone)? {
+            Some((Reply::Exited { status }, _)) => Ok(ExitStatus::from_raw(status)),
+            Some((Reply::NotStarted { program, message }, _)) => {
+                Err(SandboxError::Command { program, message })
+            }
+            Some((other, _)) => Err(SandboxError::Protocol {
+                detail: format!("unexpected reply to run: {other:?}"),
+            }),
+            None => Err(SandboxError::Gone {
+                name: self.name.clone(),
+            }),
+        }
+    }
+
+    /// Kills everything inside and removes the cgroup. No process of the sandbox survives.
+    pub fn stop(mut self) -> Result<(), SandboxError> {
+        let status = self.shutdown();
+        match status.code() {
+            Some(0) => Ok(()),
+            code => Err(SandboxError::Cleanup {
+                name: self.name.clone(),
+                status: code.unwrap_or(-1),
+            }),
+        }
+    }
+
+    /// Tells the init to exit (closing the socket does too), then waits for the helper,
+    /// which waits for the whole pid namespace to be gone and removes the cgroup.
+    fn shutdown(&mut self) -> ExitStatus {
+        if let Some(ctl) = self.ctl.take() {
+            let _ = proto::send(ctl.as_fd(), &Request::Stop, &[]);
+            drop(ctl);
+        }
+        let status = match self.helper.take() {
+            Some(mut child) => child
+                .wait()
+                .unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)),
+            None => ExitStatus::from_raw(0),
+        };
+        // The helper removes the cgroups; if it was killed, they are empty now (its death
+        // took the init and the whole pid namespace with it) and removed here.
+        for dir in &self.report.cgroups {
+            if dir.exists() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        status
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,173 @@
+//! Kernel effects as data, behind one small trait: the real implementation
+//! ([`crate::linux::Linux`]) performs them, the recording fake ([`Recorder`], tests only)
+//! lists them, so the order of effects is tested without root.
+
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use nix::mount::MsFlags;
+
+use crate::idmap::IdRange;
+use crate::report::LandlockReport;
+use crate::spec::ListenerSpec;
+
+/// uid or gid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdKind {
+    Uid,
+    Gid,
+}
+
+/// What Landlock allows (everything not listed among the handled write rights is allowed:
+/// reads and execution everywhere in the new root).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct LandlockRules {
+    /// Create, write, remove, rename and truncate beneath these.
+    pub write_roots: Vec<PathBuf>,
+    /// Write (and truncate) these files or the files beneath these directories, but create
+    /// or remove nothing.
+    pub write_files: Vec<PathBuf>,
+    /// TCP ports the workload may `connect` to (ABI ≥ 4); all others are refused.
+    pub tcp_connect_ports: Vec<u16>,
+}
+
+/// One kernel effect. Paths before `PivotRoot` are host paths; after it, sandbox paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Effect {
+    // ---- helper (host side, before and after creating the init) ----
+    /// `setgroups(0, NULL)`: the init must not carry the invoker's supplementary groups.
+    ClearSupplementaryGroups,
+    /// Write `+pids +memory` to a v2 `cgroup.subtree_control`.
+    CgroupEnableControllers { dir: PathBuf, controllers: String },
+    /// `mkdir -p` a cgroup.
+    CgroupCreate(PathBuf),
+    /// Write a cgroup limit file.
+    CgroupWrite { file: PathBuf, value: String },
+    /// Add a process to a cgroup (`cgroup.procs`).
+    CgroupAddProcess { dir: PathBuf, pid: i32 },
+    /// Remove a cgroup directory.
+    CgroupRemove(PathBuf),
+    /// `echo deny > /proc/<pid>/setgroups`.
+    DenySetgroups { pid: i32 },
+    /// Write `/proc/<pid>/{uid,gid}_map` (directly, or with `newuidmap`/`newgidmap`).
+    WriteIdMap {
+        pid: i32,
+        kind: IdKind,
+        ranges: Vec<IdRange>,
+        via_setuid_helper: bool,
+    },
+    // ---- the sandbox's init ----
+    /// `PR_SET_PDEATHSIG(SIGKILL)`: the init dies with the helper.
+    SetParentDeathSignal,
+    /// Block until the helper has written the id maps and joined the cgroups.
+    AwaitRelease,
+    /// `setresgid(g,g,g)` then `setresuid(u,u,u)` (inside ids).
+    SetIds { uid: u32, gid: u32 },
+    /// `sethostname`.
+    SetHostname(String),
+    /// `mount --make-rprivate /`: nothing propagates back to the host.
+    MakeMountsPrivate,
+    /// `mount(2)`.
+    Mount {
+        source: Option<PathBuf>,
+        target: PathBuf,
+        fstype: Option<&'static str>,
+        flags: MsFlags,
+        data: Option<String>,
+    },
+    /// Remount (a bind with `MS_BIND`, or a whole filesystem) with `flags`; flags the
+    /// kernel locked on the source mount are kept.
+    Remount { target: PathBuf, flags: MsFlags },
+    /// `mkdir` with a mode and an owner (inside ids).
+    MakeDir {
+        path: PathBuf,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    },
+    /// Create a file with contents and mode.
+    WriteFile {
+        path: PathBuf,
+        contents: Vec<u8>,
+        mode: u32,
+    },
+    /// `symlink(target, link)`.
+    Symlink { target: PathBuf, link: PathBuf },
+    /// `pivot_root` into the directory, detach the old root, `chdir /`.
+    PivotRoot(PathBuf),
+    /// Bring `lo` up.
+    LoopbackUp,
+    /// Create a listener (returned to the caller).
+    Listen(ListenerSpec),
+    /// `PR_SET_DUMPABLE(0)`: /proc/<pid> of this process is closed to others.
+    SetDumpable(bool),
+    /// Empty the capability bounding set.
+    DropBoundingSet,
+    /// Empty the ambient capability set.
+    ClearAmbient,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs,
+    /// Create the Landlock ruleset (best effort by ABI) that every command enters, and learn
+    /// what the kernel enforces of it (a short-lived child enters it and reports).
+    PrepareLandlock(LandlockRules),
+    /// Keep only `permitted` (none effective, none inheritable).
+    LimitCapabilities { permitted: Vec<caps::Capability> },
+    /// Install the seccomp programs.
+    Seccomp,
+    // ---- a command (a child of the init) ----
+    /// `setsid`: no controlling terminal.
+    NewSession,
+    /// Default dispositions and an empty signal mask.
+    ResetSignals,
+    /// `dup2` the three fds onto 0, 1, 2.
+    Stdio([RawFd; 3]),
+    /// Mark every fd ≥ 3 close-on-exec.
+    CloseOnExecFrom3,
+    /// Enter the Landlock ruleset prepared by the init.
+    EnterLandlock,
+    /// Raise `CAP_SETUID`/`CAP_SETGID` into the effective set (from the init's permitted set).
+    RaiseSetIdCapabilities,
+    /// Empty every capability set.
+    ClearCapabilities,
+    /// `chdir`.
+    Chdir(PathBuf),
+    /// `execve` the first candidate that exists.
+    Exec {
+        candidates: Vec<PathBuf>,
+        argv: Vec<String>,
+        env: Vec<String>,
+    },
+}
+
+/// What applying an effect produced.
+#[derive(Debug)]
+pub(crate) enum Applied {
+    Nothing,
+    Listener(OwnedFd),
+    Landlock(LandlockReport),
+    /// An optional file (swap cap) does not exist.
+    Absent,
+}
+
+/// Performs kernel effects.
+pub(crate) trait Kernel {
+    /// Performs one effect.
+    fn apply(&mut self, effect: &Effect) -> Result<Applied, std::io::Error>;
+}
+
+/// Test fake: records every effect and succeeds.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    pub effects: Vec<Effect>,
+}
+
+#[cfg(test)]
+impl Kernel for Recorder {
+    fn apply(&mut self, effect: &Effect) -> Result<Applied, std::io::Error> {
+        self.effects.push(effect.clone());
+        Ok(match effect {
+            Effect::PrepareLandlock(_) => Applied::Landlock(LandlockReport::default()),
+            _ => Applied::Nothing,
+        })
+    }
+}

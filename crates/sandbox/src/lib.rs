@@ -1,0 +1,61 @@
+//! capgate's Linux runner: a sandbox whose only exit is the host-side gateway.
+//!
+//! [`Sandbox::start`] execs a fresh helper process (never a fork of the caller, which may
+//! be a multithreaded tokio program). The helper creates the cgroup, clones the sandbox's
+//! init into new user, mount, pid, network, ipc and uts namespaces, writes the id maps,
+//! puts the init in the cgroup and releases it. The init builds a fresh root, brings up
+//! `lo`, creates the gateway's listeners inside the network namespace and passes them out,
+//! hardens itself (non-dumpable, empty bounding set, `no_new_privs`, only `CAP_SETUID` and
+//! `CAP_SETGID` left permitted and none effective, seccomp), prepares the Landlock ruleset,
+//! and runs commands on request. Each command: new session, Landlock, ids (agent 1000 or
+//! root 0 inside), every capability cleared, seccomp, `execve`.
+//!
+//! The sandbox dies with the caller (its control socket closes, pid 1 exits, the kernel
+//! kills the pid namespace), with the helper (`PR_SET_PDEATHSIG` on the init, plus a pipe
+//! whose end-of-file the init watches), and on [`Sandbox::stop`] or drop.
+//!
+//! # uid mapping
+//! Inside 1000 (the agent) is the invoking user; inside 0 is the invoker's first subordinate
+//! id, or a reserved id when root has none. See the `idmap` module's documentation.
+//!
+//! # Filesystem
+//! `/usr`, `/bin`, `/sbin`, `/lib*` read-only binds (or the host's symlinks); `/etc`
+//! generated plus reviewed copies; `/dev` minimal; `/proc` new, with `/proc/sys` read-only;
+//! no `/sys`; `/tmp` tmpfs; `/home/agent` noexec tmpfs; `/home/agent/workspace` an overlay
+//! (copy mode) or the host directory (mount mode); volumes. Everything else of the host
+//! does not exist inside.
+//!
+//! All `unsafe` code is in the private `sys` module.
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+mod cgroup;
+mod error;
+mod helper;
+mod host;
+mod idmap;
+mod kernel;
+mod linux;
+mod plan;
+mod policy;
+mod probe;
+mod proto;
+mod report;
+mod seccomp;
+mod spec;
+#[allow(
+    unsafe_code,
+    reason = "the one module that makes raw system calls (clone, fork, ioctl, fd handover); each block has a SAFETY comment"
+)]
+mod sys;
+
+pub use error::{SandboxError, Step};
+pub use helper::helper_main;
+pub use host::Sandbox;
+pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
+pub use report::{LandlockEnforcement, LandlockReport, StartReport};
+pub use spec::{
+    AGENT_HOME, AGENT_ID, DEFAULT_PIDS, DEFAULT_TMPFS_SIZE, EtcFiles, HelperCommand, Limits,
+    ListenerKind, ListenerSpec, RunCommand, SandboxSpec, User, VolumeMount, VolumeSource,
+    WORKSPACE_DIR, Workspace, WorkspaceMode,
+};

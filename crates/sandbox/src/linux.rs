@@ -1,0 +1,546 @@
+//! The real [`Kernel`]: performs each effect with nix, rustix, landlock, seccompiler and caps
+//! (the few raw calls are in `sys`).
+
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use caps::{CapSet, Capability};
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use nix::mount::{MntFlags, MsFlags};
+use nix::sys::statvfs::FsFlags;
+use nix::unistd::{Gid, Uid};
+
+use crate::idmap::IdMaps;
+use crate::kernel::{Applied, Effect, IdKind, Kernel, LandlockRules};
+use crate::report::{LandlockEnforcement, LandlockReport};
+use crate::spec::ListenerKind;
+use crate::sys;
+
+/// The real kernel.
+#[derive(Debug, Default)]
+pub(crate) struct Linux {
+    /// Read end of the pipe the helper writes to once the init may proceed.
+    pub release: Option<OwnedFd>,
+    /// The command's stdin, stdout, stderr (for `Effect::Stdio`).
+    pub stdio: Option<[OwnedFd; 3]>,
+    /// The release pipe once read: it reports end-of-file when the helper dies.
+    pub lifeline: Option<std::fs::File>,
+    /// Warnings the helper sent with the release.
+    pub release_notes: Vec<String>,
+    /// The ruleset commands enter (made by `Effect::PrepareLandlock`).
+    pub landlock: Option<RulesetCreated>,
+}
+
+impl Linux {
+    /// A copy of the prepared ruleset for a forked command (it shares the kernel object).
+    pub(crate) fn landlock_for_child(&self) -> Option<RulesetCreated> {
+        self.landlock.as_ref().and_then(|r| r.try_clone().ok())
+    }
+}
+
+fn other(message: impl std::fmt::Display) -> io::Error {
+    io::Error::other(message.to_string())
+}
+
+fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} `{}`: {e}", path.display()))
+}
+
+fn nix_err(e: nix::Error, what: &str, path: &Path) -> io::Error {
+    with_path(io::Error::from(e), what, path)
+}
+
+/// Flags a remount must keep because the kernel locks them when the mount came from a more
+/// privileged namespace (dropping one gives EPERM).
+fn locked_flags(target: &Path) -> io::Result<MsFlags> {
+    let vfs = nix::sys::statvfs::statvfs(target).map_err(|e| nix_err(e, "statvfs", target))?;
+    let f = vfs.flags();
+    let mut out = MsFlags::empty();
+    for (st, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(st) {
+            out |= ms;
+        }
+    }
+    Ok(out)
+}
+
+/// The handled filesystem rights: everything that modifies the filesystem. Reads and
+/// execution are not handled (the new root only holds what may be read).
+fn handled_fs() -> BitFlags<AccessFs> {
+    AccessFs::WriteFile
+        | AccessFs::RemoveDir
+        | AccessFs::RemoveFile
+        | AccessFs::MakeChar
+        | AccessFs::MakeDir
+        | AccessFs::MakeReg
+        | AccessFs::MakeSock
+        | AccessFs::MakeFifo
+        | AccessFs::MakeBlock
+        | AccessFs::MakeSym
+        | AccessFs::Refer
+        | AccessFs::Truncate
+}
+
+fn landlock_error(e: impl std::fmt::Display) -> io::Error {
+    other(format!("landlock: {e}"))
+}
+
+fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(handled_fs())
+        .map_err(landlock_error)?
+        .handle_access(AccessNet::ConnectTcp)
+        .map_err(landlock_error)?
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(landlock_error)?;
+    let mut created = ruleset.create().map_err(landlock_error)?;
+    for root in &rules.write_roots {
+        let fd =
+            PathFd::new(root).map_err(|e| landlock_error(format!("`{}`: {e}", root.display())))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, handled_fs()))
+            .map_err(landlock_error)?;
+    }
+    for file in &rules.write_files {
+        let fd =
+            PathFd::new(file).map_err(|e| landlock_error(format!("`{}`: {e}", file.display())))?;
+        created = created
+            .add_rule(PathBeneath::new(
+                fd,
+                AccessFs::WriteFile | AccessFs::Truncate,
+            ))
+            .map_err(landlock_error)?;
+    }
+    for &port in &rules.tcp_connect_ports {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(landlock_error)?;
+    }
+    // Denials by the exec'd workload go to the audit log too (ABI 7; the default logs only
+    // denials before the next exec).
+    created.log_new_exec(true).map_err(landlock_error)
+}
+
+/// Enters the ruleset (in a command's child, or in the probe child) and reports the outcome.
+fn enter_landlock(ruleset: &RulesetCreated) -> io::Result<LandlockReport> {
+    let abi = sys::landlock_abi();
+    let status = ruleset
+        .try_clone()?
+        .restrict_self()
+        .map_err(landlock_error)?;
+    let enforcement = match status.ruleset {
+        RulesetStatus::FullyEnforced => LandlockEnforcement::Fully,
+        RulesetStatus::PartiallyEnforced => LandlockEnforcement::Partially,
+        RulesetStatus::NotEnforced => LandlockEnforcement::NotEnforced,
+    };
+    let enforced = enforcement != LandlockEnforcement::NotEnforced;
+    Ok(LandlockReport {
+        abi,
+        enforcement,
+        tcp_connect_restricted: enforced && abi >= 4,
+        scoped: enforced && abi >= 6,
+        audit_logging: enforced && abi >= 7 && status.log_new_exec,
+        no_new_privs: status.no_new_privs,
+    })
+}
+
+/// What the kernel enforces of the ruleset, learned by a short-lived child that enters it
+/// (entering is irreversible, so the init itself stays outside).
+fn probe_landlock(ruleset: &RulesetCreated) -> io::Result<LandlockReport> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    match sys::fork_single_threaded()? {
+        sys::Forked::Child => {
+            drop(r);
+            let code = match enter_landlock(ruleset) {
+                Ok(report) => {
+                    let text = serde_json::to_vec(&report).unwrap_or_default();
+                    let mut w = std::fs::File::from(w);
+                    if w.write_all(&text).is_ok() { 0 } else { 1 }
+                }
+                Err(e) => {
+                    let mut w = std::fs::File::from(w);
+                    let _ = w.write_all(format!("!{e}").as_bytes());
+                    1
+                }
+            };
+            sys::exit_immediately(code)
+        }
+        sys::Forked::Parent(pid) => {
+            drop(w);
+            let mut text = String::new();
+            std::fs::File::from(r).read_to_string(&mut text)?;
+            let _ = nix::sys::wait::waitpid(pid, None);
+            if let Some(message) = text.strip_prefix('!') {
+                return Err(other(message));
+            }
+            serde_json::from_str(&text).map_err(|e| other(format!("landlock probe: {e}")))
+        }
+    }
+}
+
+fn caps_err(e: caps::errors::CapsError) -> io::Error {
+    other(format!("capabilities: {e}"))
+}
+
+/// Checks the kernel's view of this process's capability sets (`/proc/self/status`).
+fn verify_no_capabilities() -> io::Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    for line in status.lines() {
+        for field in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+            if let Some(value) = line.strip_prefix(field)
+                && !value.trim().trim_start_matches('0').is_empty()
+            {
+                {
+                    return Err(other(format!(
+                        "{field} is {} after dropping every capability",
+                        value.trim()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_id_map(
+    pid: i32,
+    kind: IdKind,
+    maps: &[crate::idmap::IdRange],
+    via_helper: bool,
+) -> io::Result<()> {
+    let (file, tool) = match kind {
+        IdKind::Uid => ("uid_map", "newuidmap"),
+        IdKind::Gid => ("gid_map", "newgidmap"),
+    };
+    if via_helper {
+        let mut cmd = std::process::Command::new(tool);
+        cmd.arg(pid.to_string());
+        for r in maps {
+            cmd.args([
+                r.inside.to_string(),
+                r.outside.to_string(),
+                r.count.to_string(),
+            ]);
+        }
+        let status = cmd
+            .status()
+            .map_err(|e| other(format!("`{tool}`: {e} (install the `uidmap` package)")))?;
+        if !status.success() {
+            return Err(other(format!(
+                "`{tool}` failed with {status}; check /etc/subuid and /etc/subgid"
+            )));
+        }
+        return Ok(());
+    }
+    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    let text = IdMaps::render(maps);
+    // One write(2): the kernel accepts the map only as a single write.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|e| with_path(e, "open", &path))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| with_path(e, "write", &path))
+}
+
+fn exec(candidates: &[PathBuf], argv: &[String], env: &[String]) -> io::Error {
+    let to_c = |s: &str| CString::new(s).map_err(|_| other(format!("`{s}` contains a NUL byte")));
+    let argv: Result<Vec<CString>, io::Error> = argv.iter().map(|a| to_c(a)).collect();
+    let env: Result<Vec<CString>, io::Error> = env.iter().map(|a| to_c(a)).collect();
+    let (argv, env) = match (argv, env) {
+        (Ok(a), Ok(e)) => (a, e),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
+    let mut saw_eacces = false;
+    for path in candidates {
+        let Some(text) = path.to_str() else { continue };
+        let Ok(c_path) = CString::new(text) else {
+            continue;
+        };
+        let Err(e) = nix::unistd::execve(&c_path, &argv, &env);
+        let e = io::Error::from(e);
+        match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => {}
+            Some(libc::EACCES) => {
+                saw_eacces = true;
+                last = e;
+            }
+            _ => return e,
+        }
+    }
+    if saw_eacces {
+        return io::Error::from_raw_os_error(libc::EACCES);
+    }
+    last
+}
+
+impl Kernel for Linux {
+    fn apply(&mut self, effect: &Effect) -> io::Result<Applied> {
+        match effect {
+            Effect::ClearSupplementaryGroups => {
+                nix::unistd::setgroups(&[]).map_err(io::Error::from)?;
+            }
+            Effect::CgroupEnableControllers { dir, controllers } => {
+                let file = dir.join("cgroup.subtree_control");
+                std::fs::write(&file, controllers).map_err(|e| with_path(e, "write", &file))?;
+            }
+            Effect::CgroupCreate(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| with_path(e, "mkdir", dir))?;
+            }
+            Effect::CgroupWrite { file, value } => {
+                if !file.exists() {
+                    return Ok(Applied::Absent);
+                }
+                std::fs::write(file, value).map_err(|e| with_path(e, "write", file))?;
+            }
+            Effect::CgroupAddProcess { dir, pid } => {
+                let file = dir.join("cgroup.procs");
+                std::fs::write(&file, pid.to_string()).map_err(|e| with_path(e, "write", &file))?;
+            }
+            Effect::CgroupRemove(dir) => {
+                std::fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir", dir))?;
+            }
+            Effect::DenySetgroups { pid } => {
+                let path = PathBuf::from(format!("/proc/{pid}/setgroups"));
+                std::fs::write(&path, "deny").map_err(|e| with_path(e, "write", &path))?;
+            }
+            Effect::WriteIdMap {
+                pid,
+                kind,
+                ranges,
+                via_setuid_helper,
+            } => write_id_map(*pid, *kind, ranges, *via_setuid_helper)?,
+            Effect::SetParentDeathSignal => {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(io::Error::from)?;
+            }
+            Effect::AwaitRelease => {
+                let pipe = self
+                    .release
+                    .take()
+                    .ok_or_else(|| other("no release pipe"))?;
+                let mut file = std::fs::File::from(pipe);
+                let mut message = Vec::new();
+                let mut byte = [0u8; 1];
+                loop {
+                    if file.read(&mut byte)? == 0 {
+                        return Err(other("the helper exited before releasing the sandbox"));
+                    }
+                    if byte[0] == 0 {
+                        break;
+                    }
+                    message.push(byte[0]);
+                }
+                if message.first() != Some(&1) {
+                    return Err(other("malformed release from the helper"));
+                }
+                self.release_notes = String::from_utf8_lossy(&message[1..])
+                    .lines()
+                    .map(str::to_string)
+                    .collect();
+                self.lifeline = Some(file);
+            }
+            Effect::SetIds { uid, gid } => {
+                let (u, g) = (Uid::from_raw(*uid), Gid::from_raw(*gid));
+                nix::unistd::setresgid(g, g, g).map_err(io::Error::from)?;
+                nix::unistd::setresuid(u, u, u).map_err(io::Error::from)?;
+            }
+            Effect::SetHostname(name) => nix::unistd::sethostname(name).map_err(io::Error::from)?,
+            Effect::MakeMountsPrivate => {
+                nix::mount::mount(
+                    None::<&str>,
+                    "/",
+                    None::<&str>,
+                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                    None::<&str>,
+                )
+                .map_err(|e| nix_err(e, "make private", Path::new("/")))?;
+            }
+            Effect::Mount {
+                source,
+                target,
+                fstype,
+                flags,
+                data,
+            } => {
+                nix::mount::mount(
+                    source.as_deref(),
+                    target.as_path(),
+                    *fstype,
+                    *flags,
+                    data.as_deref(),
+                )
+                .map_err(|e| {
+                    nix_err(
+                        e,
+                        &format!(
+                            "mount {} {}",
+                            fstype.unwrap_or("bind"),
+                            source
+                                .as_deref()
+                                .map(|s| s.display().to_string())
+                                .unwrap_or_default()
+                        ),
+                        target,
+                    )
+                })?;
+            }
+            Effect::Remount { target, flags } => {
+                let keep = locked_flags(target)?;
+                let mut flags = *flags | MsFlags::MS_REMOUNT;
+                // Keep the atime flags the kernel locked, but never re-add MS_RDONLY to a
+                // mount meant to be writable unless it was locked so (then the caller learns
+                // of it on the first write, as on the host).
+                flags |= keep;
+                nix::mount::mount(
+                    None::<&str>,
+                    target.as_path(),
+                    None::<&str>,
+                    flags,
+                    None::<&str>,
+                )
+                .map_err(|e| nix_err(e, "remount", target))?;
+            }
+            Effect::MakeDir { path, mode, owner } => {
+                match std::fs::DirBuilder::new().mode(*mode).create(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                    Err(e) => return Err(with_path(e, "mkdir", path)),
+                }
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+                    .map_err(|e| with_path(e, "chmod", path))?;
+                if let Some((uid, gid)) = owner {
+                    nix::unistd::chown(
+                        path.as_path(),
+                        Some(Uid::from_raw(*uid)),
+                        Some(Gid::from_raw(*gid)),
+                    )
+                    .map_err(|e| nix_err(e, "chown", path))?;
+                }
+            }
+            Effect::WriteFile {
+                path,
+                contents,
+                mode,
+            } => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(*mode)
+                    .open(path)
+                    .map_err(|e| with_path(e, "create", path))?;
+                f.write_all(contents)
+                    .map_err(|e| with_path(e, "write", path))?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+                    .map_err(|e| with_path(e, "chmod", path))?;
+            }
+            Effect::Symlink { target, link } => {
+                std::os::unix::fs::symlink(target, link)
+                    .map_err(|e| with_path(e, "symlink", link))?;
+            }
+            Effect::PivotRoot(root) => {
+                nix::unistd::chdir(root.as_path()).map_err(|e| nix_err(e, "chdir", root))?;
+                nix::unistd::pivot_root(".", ".").map_err(|e| nix_err(e, "pivot_root", root))?;
+                nix::mount::umount2(".", MntFlags::MNT_DETACH)
+                    .map_err(|e| nix_err(e, "detach old root", root))?;
+                nix::unistd::chdir("/").map_err(|e| nix_err(e, "chdir", Path::new("/")))?;
+            }
+            Effect::LoopbackUp => {
+                sys::loopback_up().map_err(|e| other(format!("bringing up lo: {e}")))?
+            }
+            Effect::Listen(spec) => {
+                let fd: OwnedFd = match spec.kind {
+                    ListenerKind::Tcp => std::net::TcpListener::bind(spec.addr)
+                        .map_err(|e| other(format!("listen on {}: {e}", spec.addr)))?
+                        .into(),
+                    ListenerKind::Udp => std::net::UdpSocket::bind(spec.addr)
+                        .map_err(|e| other(format!("bind udp {}: {e}", spec.addr)))?
+                        .into(),
+                };
+                return Ok(Applied::Listener(fd));
+            }
+            Effect::SetDumpable(on) => {
+                nix::sys::prctl::set_dumpable(*on).map_err(io::Error::from)?
+            }
+            Effect::DropBoundingSet => caps::clear(None, CapSet::Bounding).map_err(caps_err)?,
+            Effect::ClearAmbient => caps::clear(None, CapSet::Ambient).map_err(caps_err)?,
+            Effect::NoNewPrivs => nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?,
+            Effect::PrepareLandlock(rules) => {
+                let ruleset = build_landlock(rules)?;
+                let report = probe_landlock(&ruleset)?;
+                self.landlock = Some(ruleset);
+                return Ok(Applied::Landlock(report));
+            }
+            Effect::EnterLandlock => {
+                let ruleset = self
+                    .landlock
+                    .as_ref()
+                    .ok_or_else(|| other("no landlock ruleset prepared"))?;
+                enter_landlock(ruleset)?;
+            }
+            Effect::LimitCapabilities { permitted } => {
+                let keep: caps::CapsHashSet = permitted.iter().copied().collect();
+                caps::clear(None, CapSet::Effective).map_err(caps_err)?;
+                caps::clear(None, CapSet::Inheritable).map_err(caps_err)?;
+                caps::set(None, CapSet::Permitted, &keep).map_err(caps_err)?;
+            }
+            Effect::Seccomp => {
+                let programs = crate::seccomp::compile().map_err(other)?;
+                for program in &programs.0 {
+                    seccompiler::apply_filter(program)
+                        .map_err(|e| other(format!("seccomp: {e}")))?;
+                }
+            }
+            Effect::NewSession => {
+                nix::unistd::setsid().map_err(io::Error::from)?;
+            }
+            Effect::ResetSignals => sys::reset_signals()?,
+            Effect::Stdio(_) => {
+                let [stdin, stdout, stderr] = self
+                    .stdio
+                    .take()
+                    .ok_or_else(|| other("no stdio to install"))?;
+                nix::unistd::dup2_stdin(&stdin).map_err(io::Error::from)?;
+                nix::unistd::dup2_stdout(&stdout).map_err(io::Error::from)?;
+                nix::unistd::dup2_stderr(&stderr).map_err(io::Error::from)?;
+            }
+            Effect::CloseOnExecFrom3 => sys::cloexec_from_3()?,
+            Effect::RaiseSetIdCapabilities => {
+                caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).map_err(caps_err)?;
+                caps::raise(None, CapSet::Effective, Capability::CAP_SETGID).map_err(caps_err)?;
+            }
+            Effect::ClearCapabilities => {
+                caps::clear(None, CapSet::Ambient).map_err(caps_err)?;
+                caps::clear(None, CapSet::Effective).map_err(caps_err)?;
+                caps::clear(None, CapSet::Inheritable).map_err(caps_err)?;
+                caps::clear(None, CapSet::Permitted).map_err(caps_err)?;
+                verify_no_capabilities()?;
+            }
+            Effect::Chdir(dir) => {
+                nix::unistd::chdir(dir.as_path()).map_err(|e| nix_err(e, "chdir", dir))?
+            }
+            Effect::Exec {
+                candidates,
+                argv,
+                env,
+            } => return Err(exec(candidates, argv, env)),
+        }
+        Ok(Applied::Nothing)
+    }
+}

@@ -1,0 +1,1134 @@
+//! The choreography as data: the ordered kernel effects of the helper, of the sandbox's init
+//! and of each command. Pure functions of the spec and of what the host has, so the order is
+//! unit-tested with the recording fake.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use nix::mount::MsFlags;
+
+use crate::cgroup;
+use crate::error::Step;
+use crate::idmap::IdMaps;
+use crate::kernel::{Effect, IdKind, LandlockRules};
+use crate::policy::{
+    DEV_NODES, DEVICE_WRITE_GRANTS, HOST_ETC, PROC_MASKED_DIRS, PROC_MASKED_FILES, PROC_READ_ONLY,
+    SYSTEM_DIRS, WRITE_ROOTS,
+};
+use crate::spec::{
+    AGENT_HOME, AGENT_ID, ListenerKind, SandboxSpec, User, VolumeSource, WORKSPACE_DIR,
+    WorkspaceMode,
+};
+
+/// A host system directory as the host has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SystemDir {
+    Dir,
+    Symlink(PathBuf),
+    Absent,
+}
+
+/// One item of the host's `/etc` to copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EtcItem {
+    Dir,
+    File { contents: Vec<u8>, mode: u32 },
+    Symlink(PathBuf),
+}
+
+/// What the host has, read by the helper before the namespaces exist.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct HostView {
+    pub system_dirs: Vec<(&'static str, SystemDir)>,
+    /// `(path relative to /etc, item)`, parents before children.
+    pub etc: Vec<(PathBuf, EtcItem)>,
+    pub dev_nodes: Vec<&'static str>,
+    pub proc_read_only: Vec<&'static str>,
+    pub proc_masked_files: Vec<&'static str>,
+    pub proc_masked_dirs: Vec<&'static str>,
+}
+
+/// Largest `/etc` file copied from the host.
+const MAX_ETC_FILE: u64 = 4 << 20;
+/// Most entries copied from one `/etc` directory.
+const MAX_ETC_DIR_ENTRIES: usize = 4096;
+
+impl HostView {
+    /// Reads the host (through `/`).
+    pub(crate) fn read() -> Self {
+        Self::read_from(Path::new("/"))
+    }
+
+    /// Reads a host whose root is `root` (tests use a fake tree).
+    pub(crate) fn read_from(root: &Path) -> Self {
+        let at = |p: &str| root.join(p.trim_start_matches('/'));
+        let system_dirs = SYSTEM_DIRS
+            .iter()
+            .map(|e| {
+                let path = at(e.path);
+                let kind = match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&path)
+                        .map(SystemDir::Symlink)
+                        .unwrap_or(SystemDir::Absent),
+                    Ok(m) if m.is_dir() => SystemDir::Dir,
+                    _ => SystemDir::Absent,
+                };
+                (e.path, kind)
+            })
+            .collect();
+        let mut etc = Vec::new();
+        for entry in HOST_ETC {
+            let rel = PathBuf::from(entry.path);
+            let path = at("/etc").join(&rel);
+            let Some(item) = etc_item(&path) else {
+                continue;
+            };
+            // Parents of nested entries (ssl/openssl.cnf).
+            let mut parent = rel.parent();
+            let mut parents = Vec::new();
+            while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+                parents.push(p.to_path_buf());
+                parent = p.parent();
+            }
+            for p in parents.into_iter().rev() {
+                if !etc.iter().any(|(q, _)| q == &p) {
+                    etc.push((p, EtcItem::Dir));
+                }
+            }
+            let is_dir = item == EtcItem::Dir;
+            etc.push((rel.clone(), item));
+            if is_dir {
+                let mut children: Vec<_> = std::fs::read_dir(&path)
+                    .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name()).collect())
+                    .unwrap_or_default();
+                children.sort();
+                for name in children.into_iter().take(MAX_ETC_DIR_ENTRIES) {
+                    if let Some(child) = etc_item(&path.join(&name)).filter(|i| *i != EtcItem::Dir)
+                    {
+                        etc.push((rel.join(name), child));
+                    }
+                }
+            }
+        }
+        let exists = |dir: &str, name: &str| at(dir).join(name).exists();
+        let names = |list: &'static [crate::policy::Entry], dir: &str| -> Vec<&'static str> {
+            list.iter()
+                .map(|e| e.path)
+                .filter(|p| exists(dir, p))
+                .collect()
+        };
+        HostView {
+            system_dirs,
+            etc,
+            dev_nodes: names(DEV_NODES, "/dev"),
+            proc_read_only: names(PROC_READ_ONLY, "/proc"),
+            proc_masked_files: names(PROC_MASKED_FILES, "/proc"),
+            proc_masked_dirs: names(PROC_MASKED_DIRS, "/proc"),
+        }
+    }
+}
+
+fn etc_item(path: &Path) -> Option<EtcItem> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return std::fs::read_link(path).ok().map(EtcItem::Symlink);
+    }
+    if ft.is_dir() {
+        return Some(EtcItem::Dir);
+    }
+    if ft.is_file() && meta.len() <= MAX_ETC_FILE {
+        let contents = std::fs::read(path).ok()?;
+        // World-readable files only: anything narrower may be a secret.
+        let mode = meta.permissions().mode() & 0o777;
+        return (mode & 0o004 != 0).then_some(EtcItem::File {
+            contents,
+            mode: 0o644,
+        });
+    }
+    None
+}
+
+const NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
+fn mount_fs(fstype: &'static str, target: PathBuf, flags: MsFlags, data: String) -> Effect {
+    Effect::Mount {
+        source: Some(PathBuf::from(fstype)),
+        target,
+        fstype: Some(fstype),
+        flags,
+        data: Some(data),
+    }
+}
+
+fn bind(source: PathBuf, target: PathBuf) -> Effect {
+    Effect::Mount {
+        source: Some(source),
+        target,
+        fstype: None,
+        flags: MsFlags::MS_BIND,
+        data: None,
+    }
+}
+
+fn remount_bind(target: PathBuf, flags: MsFlags) -> Effect {
+    Effect::Remount {
+        target,
+        flags: flags | MsFlags::MS_BIND,
+    }
+}
+
+fn dir(path: PathBuf, mode: u32) -> Effect {
+    Effect::MakeDir {
+        path,
+        mode,
+        owner: None,
+    }
+}
+
+fn inside(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// The generated `/etc` files: `(relative path, contents, mode)`.
+pub(crate) fn generated_etc(spec: &SandboxSpec) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    let shell = spec.etc.shell.display();
+    let name = &spec.name;
+    let mut files = vec![
+        (
+            "passwd",
+            format!(
+                "root:x:0:0:root:/root:/bin/sh\nagent:x:{AGENT_ID}:{AGENT_ID}:agent:{AGENT_HOME}:{shell}\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
+        ),
+        (
+            "group",
+            format!("root:x:0:\nagent:x:{AGENT_ID}:\nnogroup:x:65534:\n"),
+        ),
+        (
+            "hosts",
+            spec.etc.hosts.clone().unwrap_or_else(|| {
+                format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{name}\n")
+            }),
+        ),
+        (
+            "resolv.conf",
+            spec.etc
+                .resolv_conf
+                .clone()
+                .unwrap_or_else(|| "nameserver 127.0.0.1\n".into()),
+        ),
+        ("hostname", format!("{name}\n")),
+        (
+            "nsswitch.conf",
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n\
+             protocols: files\nservices: files\nethers: files\nrpc: files\n"
+                .into(),
+        ),
+    ]
+    .into_iter()
+    .map(|(p, c)| (PathBuf::from(p), c.into_bytes(), 0o644))
+    .collect::<Vec<_>>();
+    if !spec.etc.ca_bundle.is_empty() {
+        files.push((
+            PathBuf::from("ssl/certs/ca-certificates.crt"),
+            spec.etc.ca_bundle.clone(),
+            0o644,
+        ));
+    }
+    files
+}
+
+/// In-sandbox directories whose mount points the plan creates for the volumes, parents first,
+/// with the owner they get (the agent's beneath /home/agent and /tmp, root's elsewhere).
+fn volume_dirs(spec: &SandboxSpec) -> Vec<(PathBuf, Option<(u32, u32)>)> {
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut out = Vec::new();
+    let mut targets: Vec<&Path> = spec.volumes.iter().map(|v| v.target.as_path()).collect();
+    targets.sort_by_key(|t| t.components().count());
+    for target in targets {
+        let mut chain: Vec<PathBuf> = target.ancestors().map(Path::to_path_buf).collect();
+        chain.reverse();
+        for p in chain {
+            if p == Path::new("/")
+                || p == Path::new("/home")
+                || p == Path::new(AGENT_HOME)
+                || p == Path::new("/tmp")
+                || !seen.insert(p.clone())
+            {
+                continue;
+            }
+            let agent_owned = p.starts_with(AGENT_HOME) || p.starts_with("/tmp");
+            out.push((p, agent_owned.then_some((AGENT_ID, AGENT_ID))));
+        }
+    }
+    out
+}
+
+/// The init's effects, each with the step it belongs to: from `PR_SET_PDEATHSIG` to the
+/// seccomp filter. `root` is the host directory the new root is built on.
+pub(crate) fn init_effects(
+    spec: &SandboxSpec,
+    host: &HostView,
+    root: &Path,
+) -> Vec<(Step, Effect)> {
+    let mut out: Vec<(Step, Effect)> = Vec::new();
+    let r = |p: &str| inside(root, p);
+    let size = spec.limits.tmpfs_size;
+
+    // Ids and identity first: nothing is mounted before the maps exist (AwaitRelease).
+    out.push((Step::Namespaces, Effect::SetParentDeathSignal));
+    out.push((Step::IdMap, Effect::AwaitRelease));
+    out.push((Step::IdMap, Effect::SetIds { uid: 0, gid: 0 }));
+    // Changing ids resets the parent-death signal: set it again (the lifeline pipe covers
+    // the helper dying in between).
+    out.push((Step::Namespaces, Effect::SetParentDeathSignal));
+    out.push((Step::Namespaces, Effect::SetHostname(spec.name.clone())));
+
+    let fs = Step::Filesystem;
+    let mut push = |e: Effect| out.push((fs, e));
+    push(Effect::MakeMountsPrivate);
+    push(mount_fs(
+        "tmpfs",
+        root.to_path_buf(),
+        NOSUID_NODEV,
+        "mode=0755,size=16m".into(),
+    ));
+
+    // System directories: read-only binds, or the host's symlinks.
+    for (path, kind) in &host.system_dirs {
+        match kind {
+            SystemDir::Dir => {
+                push(dir(r(path), 0o755));
+                push(bind(PathBuf::from(path), r(path)));
+                push(remount_bind(r(path), MsFlags::MS_RDONLY | NOSUID_NODEV));
+            }
+            SystemDir::Symlink(target) => push(Effect::Symlink {
+                target: target.clone(),
+                link: r(path),
+            }),
+            SystemDir::Absent => {}
+        }
+    }
+
+    // /etc: generated files plus reviewed copies from the host.
+    push(dir(r("/etc"), 0o755));
+    let mut made: BTreeSet<PathBuf> = BTreeSet::new();
+    for (rel, item) in &host.etc {
+        let target = r("/etc").join(rel);
+        match item {
+            EtcItem::Dir => {
+                made.insert(rel.clone());
+                push(dir(target, 0o755));
+            }
+            EtcItem::File { contents, mode } => push(Effect::WriteFile {
+                path: target,
+                contents: contents.clone(),
+                mode: *mode,
+            }),
+            EtcItem::Symlink(to) => push(Effect::Symlink {
+                target: to.clone(),
+                link: target,
+            }),
+        }
+    }
+    for (rel, contents, mode) in generated_etc(spec) {
+        let mut parents: Vec<PathBuf> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .collect();
+        parents.reverse();
+        for p in parents {
+            if made.insert(p.clone()) {
+                push(dir(r("/etc").join(&p), 0o755));
+            }
+        }
+        push(Effect::WriteFile {
+            path: r("/etc").join(rel),
+            contents,
+            mode,
+        });
+    }
+    push(Effect::Symlink {
+        target: PathBuf::from("../proc/self/mounts"),
+        link: r("/etc/mtab"),
+    });
+
+    // /dev: a tmpfs with bound nodes, a private devpts and a shm tmpfs.
+    push(dir(r("/dev"), 0o755));
+    push(mount_fs(
+        "tmpfs",
+        r("/dev"),
+        NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        "mode=0755,size=64k".into(),
+    ));
+    for node in &host.dev_nodes {
+        let target = r("/dev").join(node);
+        push(Effect::WriteFile {
+            path: target.clone(),
+            contents: Vec::new(),
+            mode: 0o644,
+        });
+        push(bind(Path::new("/dev").join(node), target.clone()));
+        push(remount_bind(
+            target,
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        ));
+    }
+    push(dir(r("/dev/pts"), 0o755));
+    push(mount_fs(
+        "devpts",
+        r("/dev/pts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620".into(),
+    ));
+    push(Effect::Symlink {
+        target: PathBuf::from("pts/ptmx"),
+        link: r("/dev/ptmx"),
+    });
+    push(dir(r("/dev/shm"), 0o1777));
+    push(mount_fs(
+        "tmpfs",
+        r("/dev/shm"),
+        NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        format!("mode=1777,size={size}"),
+    ));
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        push(Effect::Symlink {
+            target: PathBuf::from(to),
+            link: r("/dev").join(name),
+        });
+    }
+    push(Effect::Remount {
+        target: r("/dev"),
+        flags: MsFlags::MS_RDONLY | NOSUID_NODEV | MsFlags::MS_NOEXEC,
+    });
+
+    // /proc: the pid namespace's own, with the reviewed read-only and masked entries.
+    push(dir(r("/proc"), 0o555));
+    push(mount_fs(
+        "proc",
+        r("/proc"),
+        NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        String::new(),
+    ));
+    for name in &host.proc_read_only {
+        let p = r("/proc").join(name);
+        push(bind(p.clone(), p.clone()));
+        push(remount_bind(
+            p,
+            MsFlags::MS_RDONLY | NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        ));
+    }
+    for name in &host.proc_masked_files {
+        push(bind(r("/dev/null"), r("/proc").join(name)));
+    }
+    for name in &host.proc_masked_dirs {
+        push(mount_fs(
+            "tmpfs",
+            r("/proc").join(name),
+            MsFlags::MS_RDONLY | NOSUID_NODEV | MsFlags::MS_NOEXEC,
+            "mode=0555,size=4k".into(),
+        ));
+    }
+
+    // /tmp, /home/agent (noexec), the workspace.
+    push(dir(r("/tmp"), 0o1777));
+    push(mount_fs(
+        "tmpfs",
+        r("/tmp"),
+        NOSUID_NODEV,
+        format!("mode=1777,size={size}"),
+    ));
+    push(Effect::MakeDir {
+        path: r("/var"),
+        mode: 0o755,
+        owner: None,
+    });
+    push(Effect::Symlink {
+        target: PathBuf::from("../tmp"),
+        link: r("/var/tmp"),
+    });
+    push(dir(r("/home"), 0o755));
+    push(dir(r(AGENT_HOME), 0o755));
+    push(mount_fs(
+        "tmpfs",
+        r(AGENT_HOME),
+        NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
+    ));
+    push(Effect::MakeDir {
+        path: r(WORKSPACE_DIR),
+        mode: 0o755,
+        owner: Some((AGENT_ID, AGENT_ID)),
+    });
+    let host_ws = spec.workspace.host_dir.clone();
+    match spec.workspace.mode {
+        WorkspaceMode::Copy => push(mount_fs(
+            "overlay",
+            r(WORKSPACE_DIR),
+            NOSUID_NODEV,
+            format!(
+                "lowerdir={},upperdir={},workdir={},userxattr",
+                host_ws.display(),
+                spec.state_dir.join("upper").display(),
+                spec.state_dir.join("work").display()
+            ),
+        )),
+        WorkspaceMode::Mount => {
+            push(bind(host_ws, r(WORKSPACE_DIR)));
+            push(remount_bind(r(WORKSPACE_DIR), NOSUID_NODEV));
+        }
+    }
+
+    // Volumes, parents first.
+    for (path, owner) in volume_dirs(spec) {
+        push(Effect::MakeDir {
+            path: r(&path.to_string_lossy()),
+            mode: 0o755,
+            owner,
+        });
+    }
+    let mut volumes: Vec<_> = spec.volumes.iter().collect();
+    volumes.sort_by_key(|v| v.target.components().count());
+    for v in volumes {
+        let target = r(&v.target.to_string_lossy());
+        match &v.source {
+            VolumeSource::Dir(src) => {
+                push(bind(src.clone(), target.clone()));
+                push(remount_bind(target, NOSUID_NODEV));
+            }
+            VolumeSource::Tmpfs { size } => push(mount_fs(
+                "tmpfs",
+                target,
+                NOSUID_NODEV,
+                format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
+            )),
+        }
+    }
+
+    // The root itself becomes read-only; then it becomes `/`.
+    push(Effect::Remount {
+        target: root.to_path_buf(),
+        flags: MsFlags::MS_RDONLY | NOSUID_NODEV,
+    });
+    push(Effect::PivotRoot(root.to_path_buf()));
+
+    out.push((Step::Network, Effect::LoopbackUp));
+    for l in &spec.listeners {
+        out.push((Step::Network, Effect::Listen(*l)));
+    }
+
+    let h = Step::Hardening;
+    out.push((h, Effect::SetDumpable(false)));
+    out.push((h, Effect::DropBoundingSet));
+    out.push((h, Effect::ClearAmbient));
+    out.push((h, Effect::NoNewPrivs));
+    out.push((h, Effect::PrepareLandlock(landlock_rules(spec))));
+    out.push((
+        h,
+        Effect::LimitCapabilities {
+            permitted: vec![caps::Capability::CAP_SETUID, caps::Capability::CAP_SETGID],
+        },
+    ));
+    out.push((h, Effect::Seccomp));
+    out
+}
+
+/// The Landlock grants (sandbox paths).
+pub(crate) fn landlock_rules(spec: &SandboxSpec) -> LandlockRules {
+    let mut write_roots: Vec<PathBuf> = WRITE_ROOTS.iter().map(|e| PathBuf::from(e.path)).collect();
+    write_roots.push(PathBuf::from(WORKSPACE_DIR));
+    write_roots.extend(spec.volumes.iter().map(|v| v.target.clone()));
+    write_roots.extend(spec.writable.iter().cloned());
+    let mut tcp_connect_ports: Vec<u16> = spec
+        .listeners
+        .iter()
+        .filter(|l| l.kind == ListenerKind::Tcp)
+        .map(|l| l.addr.port())
+        .collect();
+    tcp_connect_ports.sort_unstable();
+    tcp_connect_ports.dedup();
+    LandlockRules {
+        write_roots,
+        write_files: DEVICE_WRITE_GRANTS
+            .iter()
+            .map(|e| PathBuf::from(e.path))
+            .collect(),
+        tcp_connect_ports,
+    }
+}
+
+/// The helper's effects around the creation of the init (`pid`): what comes before is the
+/// cgroup (`before`), then the maps and cgroup membership, then the release.
+pub(crate) fn helper_effects_after_clone(
+    pid: i32,
+    maps: &IdMaps,
+    cgroup_dirs: &[PathBuf],
+) -> Vec<(Step, Effect)> {
+    let mut out = vec![(Step::IdMap, Effect::DenySetgroups { pid })];
+    for (kind, ranges) in [(IdKind::Uid, &maps.uid), (IdKind::Gid, &maps.gid)] {
+        out.push((
+            Step::IdMap,
+            Effect::WriteIdMap {
+                pid,
+                kind,
+                ranges: ranges.clone(),
+                via_setuid_helper: maps.via_setuid_helpers,
+            },
+        ));
+    }
+    for dir in cgroup_dirs {
+        out.push((
+            Step::Cgroup,
+            Effect::CgroupAddProcess {
+                dir: dir.clone(),
+                pid,
+            },
+        ));
+    }
+    out
+}
+
+/// The helper's effects before the init exists: cgroup creation and limits, and dropping
+/// supplementary groups (when it can).
+pub(crate) fn helper_effects_before_clone(
+    cgroup_plan: &cgroup::Plan,
+    is_root: bool,
+) -> Vec<(Step, Effect)> {
+    let mut out = Vec::new();
+    for op in &cgroup_plan.ops {
+        let effect = match op {
+            cgroup::Op::EnableControllers { dir, controllers } => Effect::CgroupEnableControllers {
+                dir: dir.clone(),
+                controllers: controllers.clone(),
+            },
+            cgroup::Op::Create(dir) => Effect::CgroupCreate(dir.clone()),
+            cgroup::Op::Write { file, value } | cgroup::Op::WriteSwap { file, value } => {
+                Effect::CgroupWrite {
+                    file: file.clone(),
+                    value: value.clone(),
+                }
+            }
+        };
+        out.push((Step::Cgroup, effect));
+    }
+    if is_root {
+        out.push((Step::Namespaces, Effect::ClearSupplementaryGroups));
+    }
+    out
+}
+
+/// The environment of a command: the sandbox's, then the command's overrides.
+pub(crate) fn command_env(
+    base: &[(String, String)],
+    overrides: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (k, v) in base.iter().chain(overrides) {
+        if let Some(slot) = env.iter_mut().find(|(key, _)| key == k) {
+            slot.1 = v.clone();
+        } else {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    env
+}
+
+/// Where `program` may be: itself if it has a `/`, else each `PATH` entry.
+pub(crate) fn exec_candidates(program: &str, env: &[(String, String)]) -> Vec<PathBuf> {
+    if program.contains('/') {
+        return vec![PathBuf::from(program)];
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join(program))
+        .collect()
+}
+
+/// A command's effects in the forked child of the init, ending with `execve`.
+pub(crate) fn command_effects(
+    argv: &[String],
+    env: &[(String, String)],
+    user: User,
+    cwd: &Path,
+    stdio: [i32; 3],
+) -> Vec<Effect> {
+    let id = match user {
+        User::Root => 0,
+        User::Agent => AGENT_ID,
+    };
+    let program = argv.first().cloned().unwrap_or_default();
+    vec![
+        Effect::NewSession,
+        Effect::ResetSignals,
+        Effect::Stdio(stdio),
+        Effect::CloseOnExecFrom3,
+        Effect::EnterLandlock,
+        Effect::RaiseSetIdCapabilities,
+        Effect::SetIds { uid: id, gid: id },
+        Effect::ClearCapabilities,
+        Effect::Chdir(cwd.to_path_buf()),
+        Effect::Seccomp,
+        Effect::Exec {
+            candidates: exec_candidates(&program, env),
+            argv: argv.to_vec(),
+            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+    use super::*;
+    use crate::idmap;
+    use crate::kernel::{Kernel, Recorder};
+    use crate::spec::{ListenerSpec, VolumeMount, Workspace};
+
+    fn spec(mode: WorkspaceMode) -> SandboxSpec {
+        let mut s = SandboxSpec::new(
+            "box",
+            PathBuf::from("/state/box"),
+            Workspace {
+                host_dir: PathBuf::from("/src/proj"),
+                mode,
+            },
+        );
+        s.listeners.push(ListenerSpec {
+            addr: "127.0.0.1:3128".parse().unwrap(),
+            kind: ListenerKind::Tcp,
+        });
+        s.listeners.push(ListenerSpec {
+            addr: "127.0.0.1:53".parse().unwrap(),
+            kind: ListenerKind::Udp,
+        });
+        s.volumes.push(VolumeMount {
+            target: PathBuf::from("/home/agent/.cache/tools"),
+            source: VolumeSource::Dir("/state/cache".into()),
+        });
+        s.volumes.push(VolumeMount {
+            target: PathBuf::from("/cache"),
+            source: VolumeSource::Tmpfs { size: 1 << 20 },
+        });
+        s
+    }
+
+    fn host() -> HostView {
+        HostView {
+            system_dirs: vec![
+                ("/usr", SystemDir::Dir),
+                ("/bin", SystemDir::Symlink("usr/bin".into())),
+                ("/lib32", SystemDir::Absent),
+            ],
+            etc: vec![(
+                PathBuf::from("ld.so.cache"),
+                EtcItem::File {
+                    contents: b"x".to_vec(),
+                    mode: 0o644,
+                },
+            )],
+            dev_nodes: vec!["null", "zero"],
+            proc_read_only: vec!["sys", "sysrq-trigger"],
+            proc_masked_files: vec!["kcore"],
+            proc_masked_dirs: vec!["acpi"],
+        }
+    }
+
+    /// Runs the whole start choreography (helper, then init) against the recorder.
+    fn recorded(mode: WorkspaceMode) -> Vec<Effect> {
+        let s = spec(mode);
+        let maps = idmap::choose(0, 0, Some("root"), None, None).unwrap();
+        let layout = cgroup::Layout {
+            pids: Some(cgroup::Home {
+                version: cgroup::Version::V1,
+                base: "/sys/fs/cgroup/pids".into(),
+            }),
+            memory: None,
+            v2: None,
+        };
+        let cg = cgroup::plan(&layout, &s.name, 1024, None, false).unwrap();
+        let mut k = Recorder::default();
+        for (_, e) in helper_effects_before_clone(&cg, true)
+            .into_iter()
+            .chain(helper_effects_after_clone(42, &maps, &cg.dirs))
+            .chain(init_effects(&s, &host(), Path::new("/state/box/root")))
+        {
+            k.apply(&e).unwrap();
+        }
+        k.effects
+    }
+
+    fn position(effects: &[Effect], f: impl Fn(&Effect) -> bool) -> usize {
+        effects
+            .iter()
+            .position(f)
+            .unwrap_or_else(|| panic!("effect not found"))
+    }
+
+    fn is_mount(e: &Effect) -> bool {
+        matches!(
+            e,
+            Effect::Mount { .. }
+                | Effect::Remount { .. }
+                | Effect::MakeMountsPrivate
+                | Effect::PivotRoot(_)
+        )
+    }
+
+    #[test]
+    fn uid_and_gid_maps_are_written_before_any_mount_and_setgroups_is_denied_first() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let deny = position(&fx, |e| matches!(e, Effect::DenySetgroups { .. }));
+        let uid = position(&fx, |e| {
+            matches!(
+                e,
+                Effect::WriteIdMap {
+                    kind: IdKind::Uid,
+                    ..
+                }
+            )
+        });
+        let gid = position(&fx, |e| {
+            matches!(
+                e,
+                Effect::WriteIdMap {
+                    kind: IdKind::Gid,
+                    ..
+                }
+            )
+        });
+        let release = position(&fx, |e| matches!(e, Effect::AwaitRelease));
+        let first_mount = position(&fx, is_mount);
+        assert!(deny < gid && uid < release && gid < release && release < first_mount);
+    }
+
+    #[test]
+    fn the_parent_death_signal_is_set_again_after_every_id_change_of_the_init() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let last_ids = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::SetIds { .. }))
+            .unwrap();
+        let last_pdeath = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::SetParentDeathSignal))
+            .unwrap();
+        assert!(last_ids < last_pdeath);
+        assert_eq!(
+            fx[0..]
+                .iter()
+                .position(|e| matches!(e, Effect::SetParentDeathSignal))
+                .unwrap(),
+            position(&fx, |e| matches!(e, Effect::AwaitRelease)) - 1
+        );
+    }
+
+    #[test]
+    fn the_init_joins_the_cgroup_before_it_is_released() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let create = position(&fx, |e| matches!(e, Effect::CgroupCreate(_)));
+        let limit = position(&fx, |e| matches!(e, Effect::CgroupWrite { .. }));
+        let join = position(&fx, |e| {
+            matches!(e, Effect::CgroupAddProcess { pid: 42, .. })
+        });
+        let release = position(&fx, |e| matches!(e, Effect::AwaitRelease));
+        assert!(create < limit && limit < join && join < release);
+    }
+
+    #[test]
+    fn mounts_are_private_before_anything_is_mounted_and_pivot_comes_after_all_mounts() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let private = position(&fx, |e| matches!(e, Effect::MakeMountsPrivate));
+        assert_eq!(private, position(&fx, is_mount));
+        let pivot = position(&fx, |e| matches!(e, Effect::PivotRoot(_)));
+        let last_mount = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::Mount { .. } | Effect::Remount { .. }))
+            .unwrap();
+        assert!(last_mount < pivot);
+        // The last remount before pivot makes the root read-only.
+        assert_eq!(
+            fx[last_mount],
+            Effect::Remount {
+                target: "/state/box/root".into(),
+                flags: MsFlags::MS_RDONLY | NOSUID_NODEV
+            }
+        );
+    }
+
+    #[test]
+    fn listeners_exist_before_any_hardening_and_seccomp_is_last_with_nnp_before_it() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let lo = position(&fx, |e| matches!(e, Effect::LoopbackUp));
+        let last_listen = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::Listen(_)))
+            .unwrap();
+        let pivot = position(&fx, |e| matches!(e, Effect::PivotRoot(_)));
+        let nnp = position(&fx, |e| matches!(e, Effect::NoNewPrivs));
+        let landlock = position(&fx, |e| matches!(e, Effect::PrepareLandlock(_)));
+        let bounding = position(&fx, |e| matches!(e, Effect::DropBoundingSet));
+        let limit = position(&fx, |e| matches!(e, Effect::LimitCapabilities { .. }));
+        let seccomp = position(&fx, |e| matches!(e, Effect::Seccomp));
+        assert!(pivot < lo && lo < last_listen && last_listen < bounding);
+        assert!(nnp < landlock && landlock < limit && nnp < seccomp);
+        assert_eq!(seccomp, fx.len() - 1, "seccomp is the init's last effect");
+    }
+
+    #[test]
+    fn a_command_drops_everything_and_seccomp_is_the_last_effect_before_exec() {
+        let fx = command_effects(
+            &["true".into()],
+            &[],
+            User::Agent,
+            Path::new("/"),
+            [5, 6, 7],
+        );
+        let n = fx.len();
+        assert!(matches!(fx[n - 1], Effect::Exec { .. }));
+        assert_eq!(fx[n - 2], Effect::Seccomp);
+        let ids = position(&fx, |e| {
+            matches!(
+                e,
+                Effect::SetIds {
+                    uid: 1000,
+                    gid: 1000
+                }
+            )
+        });
+        let raise = position(&fx, |e| matches!(e, Effect::RaiseSetIdCapabilities));
+        let clear = position(&fx, |e| matches!(e, Effect::ClearCapabilities));
+        let stdio = position(&fx, |e| matches!(e, Effect::Stdio(_)));
+        let landlock = position(&fx, |e| matches!(e, Effect::EnterLandlock));
+        assert!(landlock < ids);
+        let cloexec = position(&fx, |e| matches!(e, Effect::CloseOnExecFrom3));
+        assert!(raise < ids && ids < clear && clear < n - 2);
+        assert!(stdio < cloexec && fx[0] == Effect::NewSession);
+        let root = command_effects(&["true".into()], &[], User::Root, Path::new("/"), [0, 1, 2]);
+        assert!(root.contains(&Effect::SetIds { uid: 0, gid: 0 }));
+        assert!(
+            root.contains(&Effect::ClearCapabilities),
+            "root inside keeps no capability either"
+        );
+    }
+
+    #[test]
+    fn every_bind_of_a_host_path_is_read_only_except_the_granted_writable_ones() {
+        for mode in [WorkspaceMode::Copy, WorkspaceMode::Mount] {
+            let fx = recorded(mode);
+            let root = Path::new("/state/box/root");
+            for (i, e) in fx.iter().enumerate() {
+                let Effect::Mount {
+                    source: Some(src),
+                    target,
+                    fstype: None,
+                    ..
+                } = e
+                else {
+                    continue;
+                };
+                if src.starts_with(root) {
+                    continue; // binds within the new root (/proc masks) are not host paths
+                }
+                let Effect::Remount { target: t, flags } = &fx[i + 1] else {
+                    panic!("bind of {} is not followed by its remount", src.display())
+                };
+                assert_eq!(t, target);
+                assert!(flags.contains(MsFlags::MS_NOSUID), "{}", src.display());
+                let writable = [Path::new("/src/proj"), Path::new("/state/cache")];
+                assert_eq!(
+                    flags.contains(MsFlags::MS_RDONLY),
+                    !writable.contains(&src.as_path()),
+                    "{}",
+                    src.display()
+                );
+                if !src.starts_with("/dev") {
+                    assert!(flags.contains(MsFlags::MS_NODEV), "{}", src.display());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_reviewed_host_paths_are_bound() {
+        let fx = recorded(WorkspaceMode::Mount);
+        let root = Path::new("/state/box/root");
+        let allowed: Vec<PathBuf> = SYSTEM_DIRS
+            .iter()
+            .map(|e| PathBuf::from(e.path))
+            .chain(DEV_NODES.iter().map(|e| Path::new("/dev").join(e.path)))
+            .chain([PathBuf::from("/src/proj"), PathBuf::from("/state/cache")])
+            .collect();
+        for e in &fx {
+            if let Effect::Mount {
+                source: Some(src),
+                fstype: None,
+                ..
+            } = e
+            {
+                assert!(
+                    src.starts_with(root) || allowed.contains(src),
+                    "unreviewed bind of {}",
+                    src.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn home_is_noexec_and_the_copy_workspace_is_an_overlay_on_the_state_dir() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let home = fx.iter().find_map(|e| match e {
+            Effect::Mount {
+                target,
+                flags,
+                data,
+                ..
+            } if target.ends_with("home/agent") => Some((*flags, data.clone())),
+            _ => None,
+        });
+        let (flags, data) = home.unwrap();
+        assert!(flags.contains(MsFlags::MS_NOEXEC));
+        assert!(data.unwrap().contains("uid=1000"));
+        assert!(fx.iter().any(|e| matches!(e,
+            Effect::Mount { fstype: Some("overlay"), data: Some(d), .. }
+                if d == "lowerdir=/src/proj,upperdir=/state/box/upper,workdir=/state/box/work,userxattr")));
+    }
+
+    #[test]
+    fn volume_mount_points_are_created_parents_first_and_owned_by_the_agent_in_home() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let cache = position(
+            &fx,
+            |e| matches!(e, Effect::MakeDir { path, owner: Some((1000, 1000)), .. } if path.ends_with("home/agent/.cache")),
+        );
+        let tools = position(
+            &fx,
+            |e| matches!(e, Effect::MakeDir { path, .. } if path.ends_with("home/agent/.cache/tools")),
+        );
+        let home_mount = position(
+            &fx,
+            |e| matches!(e, Effect::Mount { target, .. } if target.ends_with("home/agent")),
+        );
+        assert!(home_mount < cache && cache < tools);
+        assert!(fx.iter().any(|e| matches!(e, Effect::MakeDir { path, owner: None, .. } if path.ends_with("root/cache"))));
+    }
+
+    #[test]
+    fn landlock_grants_writes_only_beneath_the_writable_places_and_connect_only_to_tcp_listeners() {
+        let mut s = spec(WorkspaceMode::Copy);
+        s.writable.push(PathBuf::from("/opt/extra"));
+        let rules = landlock_rules(&s);
+        let roots: Vec<&str> = rules
+            .write_roots
+            .iter()
+            .map(|p| p.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            roots,
+            [
+                "/home/agent",
+                "/tmp",
+                "/dev/shm",
+                "/home/agent/workspace",
+                "/home/agent/.cache/tools",
+                "/cache",
+                "/opt/extra"
+            ]
+        );
+        assert_eq!(rules.tcp_connect_ports, vec![3128]);
+        assert!(rules.write_files.contains(&PathBuf::from("/dev/null")));
+    }
+
+    #[test]
+    fn commands_get_only_the_sandbox_environment() {
+        let env = command_env(
+            &[("A".into(), "1".into()), ("PATH".into(), "/x".into())],
+            &[("A".into(), "2".into())],
+        );
+        assert_eq!(
+            env,
+            vec![
+                ("A".to_string(), "2".to_string()),
+                ("PATH".to_string(), "/x".to_string())
+            ]
+        );
+        assert_eq!(exec_candidates("sh", &env), vec![PathBuf::from("/x/sh")]);
+        assert_eq!(exec_candidates("./a", &env), vec![PathBuf::from("./a")]);
+        assert_eq!(exec_candidates("sh", &[]).len(), 3);
+    }
+
+    #[test]
+    fn generated_etc_has_the_agent_and_the_gateway_resolver() {
+        let mut s = spec(WorkspaceMode::Copy);
+        s.etc.ca_bundle = b"PEM".to_vec();
+        s.etc.shell = PathBuf::from("/bin/bash");
+        let files = generated_etc(&s);
+        let get = |name: &str| {
+            files
+                .iter()
+                .find(|(p, _, _)| p == Path::new(name))
+                .map(|(_, c, _)| String::from_utf8_lossy(c).into_owned())
+                .unwrap()
+        };
+        assert!(get("passwd").contains("agent:x:1000:1000:agent:/home/agent:/bin/bash"));
+        assert_eq!(get("resolv.conf"), "nameserver 127.0.0.1\n");
+        assert_eq!(get("ssl/certs/ca-certificates.crt"), "PEM");
+        assert!(get("hosts").contains("127.0.1.1\tbox"));
+    }
+
+    #[test]
+    fn host_view_copies_only_world_readable_reviewed_etc_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir_all(etc.join("ssl")).unwrap();
+        std::fs::create_dir_all(etc.join("alternatives")).unwrap();
+        std::fs::write(etc.join("ld.so.cache"), "cache").unwrap();
+        std::fs::write(etc.join("shadow"), "secret").unwrap();
+        std::fs::write(etc.join("services"), "private").unwrap();
+        std::fs::set_permissions(etc.join("services"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::write(etc.join("ssl/openssl.cnf"), "cnf").unwrap();
+        std::os::unix::fs::symlink("/usr/bin/mawk", etc.join("alternatives/awk")).unwrap();
+        std::os::unix::fs::symlink("usr/bin", dir.path().join("bin")).unwrap();
+        std::fs::create_dir(dir.path().join("usr")).unwrap();
+        let view = HostView::read_from(dir.path());
+        let names: Vec<String> = view
+            .etc
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ld.so.cache",
+                "alternatives",
+                "alternatives/awk",
+                "ssl",
+                "ssl/openssl.cnf"
+            ]
+        );
+        assert!(
+            view.system_dirs
+                .contains(&("/bin", SystemDir::Symlink("usr/bin".into())))
+        );
+        assert!(view.system_dirs.contains(&("/usr", SystemDir::Dir)));
+        assert!(view.system_dirs.contains(&("/lib32", SystemDir::Absent)));
+    }
+}

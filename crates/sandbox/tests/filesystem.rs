@@ -1,0 +1,231 @@
+//! The filesystem walls: hidden host paths, read-only mounts, Landlock, noexec home,
+//! copy and mount workspaces, volumes. Each hostile probe sits next to its harmless twin.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use capgate_sandbox::{VolumeMount, VolumeSource, WorkspaceMode};
+use common::*;
+
+#[test]
+fn host_paths_outside_the_grants_do_not_exist_but_the_workspace_does() {
+    let s = setup("fs-read", WorkspaceMode::Copy);
+    let secret = s.dir.path().join("secret.txt");
+    std::fs::write(&secret, "host secret").unwrap();
+    let mut b = start(&s.spec);
+    let probes = [
+        secret.display().to_string(),
+        "/etc/shadow".into(),
+        "/etc/machine-id".into(),
+        "/root/.bashrc".into(),
+        "/work/main/Cargo.toml".into(),
+        "/sys/kernel/notes".into(),
+        "/opt".into(),
+        s.spec.state_dir.display().to_string(),
+    ];
+    let code = format!(
+        "for p in {probes:?}:\n    print(p, err(lambda: open(p, 'rb').read()))\nprint('workspace', open('/home/agent/workspace/README.md').read().strip())"
+    );
+    let lines = py_lines(&mut b.sandbox, &code);
+    for (line, probe) in lines.iter().zip(&probes) {
+        assert_eq!(line, &format!("{probe} ENOENT"), "{lines:?}");
+    }
+    assert_eq!(lines.last().unwrap(), "workspace hello from the host");
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn writes_outside_the_grants_fail_erofs_on_read_only_mounts_and_eacces_by_landlock() {
+    let s = setup("fs-write", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let lines = py_lines(
+        &mut b.sandbox,
+        r#"
+w = lambda p: (lambda: open(p, 'w').write('x'))
+for p in ['/etc/passwd', '/etc/new', '/usr/bin/new', '/newdir-file', '/dev/new', '/proc/sys/kernel/hostname']:
+    print(p, err(w(p)))
+for p in ['/proc/self/comm', '/proc/self/oom_score_adj']:
+    print(p, err(w(p)))
+print('chmod-usr', err(lambda: os.chmod('/usr/bin/true', 0o777)))
+print('chmod-dev', err(lambda: os.chmod('/dev/null', 0o777)))
+print('mkdir-root', err(lambda: os.mkdir('/x')))
+# the harmless twins
+for p in ['/home/agent/workspace/new.txt', '/tmp/new.txt', '/home/agent/.profile', '/dev/shm/x', '/dev/null']:
+    print(p, err(w(p)))
+open('/tmp/own', 'w').close()
+print('chmod-tmp', err(lambda: os.chmod('/tmp/own', 0o700)))
+"#,
+    );
+    let expect = [
+        "/etc/passwd EROFS",
+        "/etc/new EROFS",
+        "/usr/bin/new EROFS",
+        "/newdir-file EROFS",
+        "/dev/new EROFS",
+        "/proc/sys/kernel/hostname EROFS",
+        "/proc/self/comm EACCES",
+        "/proc/self/oom_score_adj EACCES",
+        "chmod-usr EROFS",
+        "chmod-dev EROFS",
+        "mkdir-root EROFS",
+        "/home/agent/workspace/new.txt OK",
+        "/tmp/new.txt OK",
+        "/home/agent/.profile OK",
+        "/dev/shm/x OK",
+        "/dev/null OK",
+        "chmod-tmp OK",
+    ];
+    assert_eq!(lines, expect);
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn home_is_noexec_but_system_programs_and_tmp_scripts_run() {
+    let s = setup("fs-exec", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let lines = py_lines(
+        &mut b.sandbox,
+        r#"
+import shutil, subprocess
+shutil.copy('/bin/true', '/home/agent/t')
+os.chmod('/home/agent/t', 0o755)
+open('/home/agent/s.sh', 'w').write('#!/bin/sh\nexit 0\n'); os.chmod('/home/agent/s.sh', 0o755)
+open('/tmp/s.sh', 'w').write('#!/bin/sh\necho script-ran\n'); os.chmod('/tmp/s.sh', 0o755)
+print('home-binary', err(lambda: subprocess.run(['/home/agent/t'])))
+print('home-script', err(lambda: subprocess.run(['/home/agent/s.sh'])))
+print('system', subprocess.run(['/bin/true']).returncode)
+print('tmp', subprocess.run(['/tmp/s.sh'], capture_output=True, text=True).stdout.strip())
+shutil.copy('/bin/true', '/home/agent/workspace/t'); os.chmod('/home/agent/workspace/t', 0o755)
+print('workspace', subprocess.run(['/home/agent/workspace/t']).returncode)
+"#,
+    );
+    assert_eq!(
+        lines,
+        [
+            "home-binary EACCES",
+            "home-script EACCES",
+            "system 0",
+            "tmp script-ran",
+            "workspace 0"
+        ]
+    );
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn copy_mode_leaves_the_host_directory_untouched_while_the_sandbox_sees_its_writes() {
+    let s = setup("fs-copy", WorkspaceMode::Copy);
+    std::fs::create_dir(s.workspace.join("src")).unwrap();
+    std::fs::write(s.workspace.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let mut b = start(&s.spec);
+    let first = sh(
+        &mut b.sandbox,
+        "set -e; cd /home/agent/workspace; echo changed > README.md; echo new > added.txt; \
+         rm -r src; mkdir src; echo other > src/lib.rs; ls src",
+    );
+    assert!(first.ok(), "{first:?}");
+    // A later command sees the earlier one's writes.
+    let second = sh(
+        &mut b.sandbox,
+        "cd /home/agent/workspace && cat README.md added.txt && ls src",
+    );
+    assert_eq!(second.stdout, "changed\nnew\nlib.rs\n", "{second:?}");
+    // The host directory is as it was.
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("README.md")).unwrap(),
+        "hello from the host\n"
+    );
+    assert!(!s.workspace.join("added.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("src/main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
+    assert!(!s.workspace.join("src/lib.rs").exists());
+    b.sandbox.stop().unwrap();
+    // The writes live in the state directory's upper layer.
+    assert!(s.spec.state_dir.join("upper/added.txt").exists());
+}
+
+#[test]
+fn mount_mode_writes_through_to_the_host_as_the_invoking_user() {
+    let s = setup("fs-mount", WorkspaceMode::Mount);
+    let mut b = start(&s.spec);
+    let out = sh(
+        &mut b.sandbox,
+        "echo from-sandbox > /home/agent/workspace/out.txt && echo more >> /home/agent/workspace/README.md",
+    );
+    assert!(out.ok(), "{out:?}");
+    let written = s.workspace.join("out.txt");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "from-sandbox\n");
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("README.md")).unwrap(),
+        "hello from the host\nmore\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&written).unwrap().uid(),
+        nix::unistd::getuid().as_raw()
+    );
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn volumes_are_writable_persistent_dirs_or_tmpfs_and_executable() {
+    let mut s = setup("fs-vol", WorkspaceMode::Copy);
+    let cache = s.dir.path().join("cache");
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/cache"),
+        source: VolumeSource::Dir(cache.clone()),
+    });
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/home/agent/.npm/_cacache"),
+        source: VolumeSource::Tmpfs { size: 8 << 20 },
+    });
+    let mut b = start(&s.spec);
+    let out = sh(
+        &mut b.sandbox,
+        "set -e; cp /bin/true /cache/tool && /cache/tool && echo kept > /cache/state; \
+         echo t > /home/agent/.npm/_cacache/x; echo sibling > /home/agent/.npm/other; \
+         head -c 9000000 /dev/zero > /home/agent/.npm/_cacache/big 2>/dev/null && echo tmpfs-unbounded || echo tmpfs-full",
+    );
+    assert_eq!(out.stdout, "tmpfs-full\n", "{out:?}");
+    b.sandbox.stop().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(cache.join("state")).unwrap(),
+        "kept\n"
+    );
+    // A new sandbox on the same volume sees it.
+    let mut s2 = setup("fs-vol2", WorkspaceMode::Copy);
+    s2.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/cache"),
+        source: VolumeSource::Dir(cache),
+    });
+    let mut b2 = start(&s2.spec);
+    assert_eq!(sh(&mut b2.sandbox, "cat /cache/state").stdout, "kept\n");
+    b2.sandbox.stop().unwrap();
+}
+
+#[test]
+fn generated_etc_and_minimal_dev() {
+    let mut s = setup("fs-etc", WorkspaceMode::Copy);
+    s.spec.etc.ca_bundle =
+        b"-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n".to_vec();
+    let mut b = start(&s.spec);
+    let out = sh(
+        &mut b.sandbox,
+        "id -un; getent passwd agent; cat /etc/resolv.conf; hostname; head -1 /etc/ssl/certs/ca-certificates.crt; ls /dev | tr '\\n' ' '; ls /sys 2>&1 | head -1",
+    );
+    let expected = format!(
+        "agent\nagent:x:1000:1000:agent:/home/agent:/bin/sh\nnameserver 127.0.0.1\n{}\n-----BEGIN CERTIFICATE-----\n\
+         fd full null ptmx pts random shm stderr stdin stdout tty urandom zero ls: cannot access '/sys': No such file or directory\n",
+        s.spec.name
+    );
+    assert_eq!(out.stdout, expected, "{out:?}");
+    b.sandbox.stop().unwrap();
+}

@@ -1,0 +1,143 @@
+//! Resource limits, read back from cgroupfs and exercised: a fork bomb stops at the pids
+//! limit, a memory balloon is killed inside while the test process lives on.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use capgate_sandbox::WorkspaceMode;
+use common::*;
+
+fn cgroup_dir(cgroups: &[PathBuf], controller: &str) -> PathBuf {
+    cgroups
+        .iter()
+        .find(|d| {
+            d.components().any(|c| c.as_os_str() == controller)
+                || d.join(format!("{controller}.max")).exists()
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no {controller} cgroup in {cgroups:?}; host: {}",
+                capgate_sandbox::probe_host()
+            )
+        })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_fork_bomb_is_held_at_the_pids_limit_and_the_host_stays_responsive() {
+    let mut s = setup("lim-pids", WorkspaceMode::Copy);
+    s.spec.limits.pids = 64;
+    let mut b = start(&s.spec);
+    let pids = cgroup_dir(&b.sandbox.report().cgroups, "pids");
+    assert_eq!(read(&pids.join("pids.max")), "64");
+    // Bounded: at most 200 forks, children sleep 20 s at most (stop() kills them sooner).
+    let lines = py_lines(
+        &mut b.sandbox,
+        r#"
+import time
+ok = refused = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        refused += 1
+        continue
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    ok += 1
+print(ok, refused)
+"#,
+    );
+    let counts: Vec<u32> = lines[0].split(' ').map(|n| n.parse().unwrap()).collect();
+    let (ok, refused) = (counts[0], counts[1]);
+    assert!(
+        ok < 64 && refused >= 200 - 64,
+        "forked {ok}, refused {refused}"
+    );
+    let current: u32 = read(&pids.join("pids.current")).parse().unwrap();
+    assert!(current <= 64, "pids.current {current}");
+    // The host is not affected: while the sandbox sits at its limit, the host still forks.
+    assert!(
+        std::process::Command::new("/bin/true")
+            .status()
+            .unwrap()
+            .success()
+    );
+    b.sandbox.stop().unwrap();
+    assert!(!pids.exists(), "the cgroup is removed on stop");
+}
+
+#[test]
+fn a_memory_balloon_is_killed_inside_and_the_sandbox_lives_on() {
+    let mut s = setup("lim-mem", WorkspaceMode::Copy);
+    s.spec.limits.memory = Some(64 << 20);
+    let mut b = start(&s.spec);
+    let memory = cgroup_dir(&b.sandbox.report().cgroups, "memory");
+    // The kernel's view of the limit and of the swap cap.
+    if memory.join("memory.limit_in_bytes").exists() {
+        assert_eq!(
+            read(&memory.join("memory.limit_in_bytes")),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            read(&memory.join("memory.memsw.limit_in_bytes")),
+            (64u64 << 20).to_string()
+        );
+    } else {
+        assert_eq!(read(&memory.join("memory.max")), (64u64 << 20).to_string());
+        assert_eq!(read(&memory.join("memory.swap.max")), "0");
+    }
+    let balloon = py(&mut b.sandbox, "x = b'x' * (256 << 20)\nprint('survived')");
+    assert_eq!(balloon.status.signal(), Some(9), "{balloon:?}");
+    assert!(!balloon.stdout.contains("survived"));
+    let oom_kills = if memory.join("memory.oom_control").exists() {
+        read(&memory.join("memory.oom_control"))
+    } else {
+        read(&memory.join("memory.events"))
+    };
+    let kills: u64 = oom_kills
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(kills >= 1, "{oom_kills}");
+    // A modest allocation still works, and so does the sandbox.
+    let modest = py(&mut b.sandbox, "x = b'x' * (16 << 20)\nprint('fine')");
+    assert_eq!(modest.stdout, "fine\n", "{modest:?}");
+    b.sandbox.stop().unwrap();
+    assert!(!memory.exists());
+}
+
+#[test]
+fn tmpfs_files_count_toward_the_memory_limit() {
+    let mut s = setup("lim-tmpfs", WorkspaceMode::Copy);
+    s.spec.limits.memory = Some(64 << 20);
+    let mut b = start(&s.spec);
+    // 128 MiB into /tmp (a tmpfs of 256 MiB): only the memory limit can stop it.
+    let out = py(
+        &mut b.sandbox,
+        "import os\nf = open('/tmp/big', 'wb')\nfor i in range(128):\n    f.write(b'x' * (1 << 20))\nf.flush()\nprint('wrote')",
+    );
+    assert!(
+        !out.status.success() && !out.stdout.contains("wrote"),
+        "{out:?}"
+    );
+    let size = sh(&mut b.sandbox, "rm -f /tmp/big; echo removed");
+    assert_eq!(size.stdout, "removed\n", "{size:?}");
+    b.sandbox.stop().unwrap();
+}

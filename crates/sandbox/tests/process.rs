@@ -1,0 +1,271 @@
+//! The process walls, read from the kernel's view (`/proc/<pid>/status`) and probed with raw
+//! system calls: seccomp, no_new_privs, capabilities, ids, environment.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+mod common;
+
+use capgate_sandbox::{User, WorkspaceMode};
+use common::*;
+
+fn status_fields(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| {
+            [
+                "Seccomp:",
+                "NoNewPrivs:",
+                "CapEff:",
+                "CapInh:",
+                "CapAmb:",
+                "CapBnd:",
+                "CapPrm:",
+                "Uid:",
+            ]
+            .iter()
+            .any(|f| l.starts_with(f))
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn init_and_workload_are_filtered_unprivileged_and_without_new_privileges() {
+    let s = setup("proc-status", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let init = sh(&mut b.sandbox, "cat /proc/1/status");
+    let init = status_fields(&init.stdout);
+    for want in [
+        "Seccomp: 2",
+        "NoNewPrivs: 1",
+        "CapEff: 0000000000000000",
+        "CapBnd: 0000000000000000",
+        "CapInh: 0000000000000000",
+        "CapAmb: 0000000000000000",
+    ] {
+        assert!(
+            init.iter().any(|l| l == want),
+            "pid 1 lacks `{want}`: {init:?}"
+        );
+    }
+    for user in [User::Agent, User::Root] {
+        let own = run_as(&mut b.sandbox, user, &["/bin/cat", "/proc/self/status"]);
+        let own = status_fields(&own.stdout);
+        let uid = if user == User::Agent {
+            "Uid: 1000 1000 1000 1000"
+        } else {
+            "Uid: 0 0 0 0"
+        };
+        for want in [
+            "Seccomp: 2",
+            "NoNewPrivs: 1",
+            "CapEff: 0000000000000000",
+            "CapPrm: 0000000000000000",
+            "CapInh: 0000000000000000",
+            "CapAmb: 0000000000000000",
+            "CapBnd: 0000000000000000",
+            uid,
+        ] {
+            assert!(
+                own.iter().any(|l| l == want),
+                "{user:?} lacks `{want}`: {own:?}"
+            );
+        }
+    }
+    // Every thread of a multithreaded workload is filtered too.
+    let threads = py_lines(
+        &mut b.sandbox,
+        r#"
+import threading, time
+ev = threading.Event()
+ts = [threading.Thread(target=ev.wait) for _ in range(4)]
+[t.start() for t in ts]
+tids = os.listdir('/proc/self/task')
+modes = set(open(f'/proc/self/task/{t}/status').read().split('Seccomp:')[1].split()[0] for t in tids)
+print(len(tids), sorted(modes))
+ev.set(); [t.join() for t in ts]
+"#,
+    );
+    assert_eq!(threads, ["5 ['2']"]);
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn denied_system_calls_return_eperm_next_to_their_harmless_twins() {
+    let s = setup("proc-seccomp", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let code = format!(
+        r#"
+import subprocess, time
+child = subprocess.Popen(['/bin/sleep', '30'])
+time.sleep(0.1)
+print('ptrace', sc({ptrace}, 16, child.pid, 0, 0))
+print('kill-0', err(lambda: os.kill(child.pid, 0)))
+print('process_vm_readv', sc({pvr}, child.pid, 0, 0, 0, 0, 0))
+child.kill(); child.wait()
+os.mkdir('/tmp/m')
+print('mount', sc({mount}, b'none', b'/tmp/m', b'tmpfs', 0, None))
+print('umount2', sc({umount2}, b'/tmp', 2))
+print('fsopen', sc({fsopen}, b'tmpfs', 0))
+print('open_tree', sc({open_tree}, 0xffffff9c, b'/tmp', 1))
+print('unshare-user', sc({unshare}, 0x10000000))
+print('clone-newuser', sc({clone}, 0x10000000 | 17, 0, 0, 0, 0))
+print('clone3', sc({clone3}, 0, 0))
+print('setns', sc({setns}, 0, 0))
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+print('fork', os.waitpid(pid, 0)[1])
+print('tiocsti', sc({ioctl}, 0, {tiocsti}, b'x'))
+print('tiocsti-high', sc({ioctl}, 0, (0x123 << 32) | {tiocsti}, b'x'))
+print('tiocgwinsz', sc({ioctl}, 0, {tiocgwinsz}, bytes(8)))
+print('io_uring_setup', sc({io_uring}, 1, bytes(120)))
+print('bpf', sc({bpf}, 0, 0, 0))
+print('keyctl', sc({keyctl}, 0, 0, 0))
+print('perf_event_open', sc({perf}, 0, 0, 0, 0, 0))
+print('userfaultfd', sc({uffd}, 0))
+print('vsock', sc({socket}, 40, 1, 0))
+print('inet', sc({socket}, 2, 1, 0))
+print('personality-aslr-off', sc({personality}, 0x0040000))
+print('personality-query', sc({personality}, 0xffffffff))
+print('settimeofday', sc({settimeofday}, 0, 0))
+print('syslog', sc({syslog}, 3, 0, 0))
+open('/tmp/f', 'w').close()
+print('chmod-setuid', err(lambda: os.chmod('/tmp/f', 0o4755)))
+print('chmod-setgid', err(lambda: os.chmod('/tmp/f', 0o2755)))
+print('chmod-plain', err(lambda: os.chmod('/tmp/f', 0o755)))
+print('create-setuid', err(lambda: os.close(os.open('/tmp/g', os.O_CREAT | os.O_WRONLY, 0o4755))))
+print('create-plain', err(lambda: os.close(os.open('/tmp/h', os.O_CREAT | os.O_WRONLY, 0o755))))
+print('openat2', sc({openat2}, 0xffffff9c, b'/tmp/h', bytes(24), 24))
+"#,
+        ptrace = libc::SYS_ptrace,
+        pvr = libc::SYS_process_vm_readv,
+        mount = libc::SYS_mount,
+        umount2 = libc::SYS_umount2,
+        fsopen = libc::SYS_fsopen,
+        open_tree = libc::SYS_open_tree,
+        unshare = libc::SYS_unshare,
+        clone = libc::SYS_clone,
+        clone3 = libc::SYS_clone3,
+        setns = libc::SYS_setns,
+        ioctl = libc::SYS_ioctl,
+        tiocsti = libc::TIOCSTI,
+        tiocgwinsz = libc::TIOCGWINSZ,
+        io_uring = libc::SYS_io_uring_setup,
+        bpf = libc::SYS_bpf,
+        keyctl = libc::SYS_keyctl,
+        perf = libc::SYS_perf_event_open,
+        uffd = libc::SYS_userfaultfd,
+        socket = libc::SYS_socket,
+        personality = libc::SYS_personality,
+        settimeofday = libc::SYS_settimeofday,
+        syslog = libc::SYS_syslog,
+        openat2 = libc::SYS_openat2,
+    );
+    let lines = py_lines(&mut b.sandbox, &code);
+    let expect = [
+        "ptrace EPERM",
+        "kill-0 OK",
+        "process_vm_readv EPERM",
+        "mount EPERM",
+        "umount2 EPERM",
+        "fsopen EPERM",
+        "open_tree EPERM",
+        "unshare-user EPERM",
+        "clone-newuser EPERM",
+        "clone3 ENOSYS",
+        "setns EPERM",
+        "fork 0",
+        "tiocsti EPERM",
+        "tiocsti-high EPERM",
+        "tiocgwinsz ENOTTY",
+        "io_uring_setup EPERM",
+        "bpf EPERM",
+        "keyctl EPERM",
+        "perf_event_open EPERM",
+        "userfaultfd EPERM",
+        "vsock EPERM",
+        "inet OK",
+        "personality-aslr-off EPERM",
+        "personality-query OK",
+        "settimeofday EPERM",
+        "syslog EPERM",
+        "chmod-setuid EPERM",
+        "chmod-setgid EPERM",
+        "chmod-plain OK",
+        "create-setuid EPERM",
+        "create-plain OK",
+        "openat2 ENOSYS",
+    ];
+    assert_eq!(lines, expect);
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn commands_see_only_the_sandbox_environment_and_have_no_terminal() {
+    let mut s = setup("proc-env", WorkspaceMode::Copy);
+    s.spec
+        .env
+        .push(("CAPGATE_SANDBOX_TEST".into(), "base".into()));
+    let mut b = start(&s.spec);
+    let mut cmd = capgate_sandbox::RunCommand::agent(["/usr/bin/env"]);
+    let out = tempfile::tempfile().unwrap();
+    cmd.stdout = Some(out.try_clone().unwrap().into());
+    cmd.env.push(("EXTRA".into(), "1".into()));
+    cmd.env
+        .push(("CAPGATE_SANDBOX_TEST".into(), "override".into()));
+    assert!(b.sandbox.run(&cmd).unwrap().success());
+    let mut env = String::new();
+    use std::io::{Read, Seek};
+    let mut out = out;
+    out.rewind().unwrap();
+    out.read_to_string(&mut env).unwrap();
+    let mut keys: Vec<&str> = env.lines().collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "CAPGATE_SANDBOX_TEST=override",
+            "EXTRA=1",
+            "HOME=/home/agent",
+            "LANG=C.UTF-8",
+            "PATH=/usr/local/bin:/usr/bin:/bin"
+        ]
+    );
+    // A new session without a controlling terminal: /dev/tty cannot be opened.
+    let tty = py_lines(
+        &mut b.sandbox,
+        "print(os.getsid(0) == os.getpid(), err(lambda: open('/dev/tty')))",
+    );
+    assert_eq!(tty, ["True ENXIO"]);
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn exit_statuses_and_start_failures_are_forwarded() {
+    let s = setup("proc-exit", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    assert_eq!(sh(&mut b.sandbox, "exit 7").status.code(), Some(7));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        sh(&mut b.sandbox, "kill -TERM $$").status.signal(),
+        Some(15)
+    );
+    let missing = b
+        .sandbox
+        .run(&capgate_sandbox::RunCommand::agent(["no-such-program"]));
+    let e = missing.unwrap_err().to_string();
+    assert!(
+        e.contains("no-such-program") && e.contains("No such file"),
+        "{e}"
+    );
+    let mut in_home = capgate_sandbox::RunCommand::agent(["/bin/true"]);
+    in_home.cwd = "/nonexistent".into();
+    let e = b.sandbox.run(&in_home).unwrap_err().to_string();
+    assert!(e.contains("chdir"), "{e}");
+    // The sandbox still works afterwards.
+    assert!(sh(&mut b.sandbox, "true").ok());
+    b.sandbox.stop().unwrap();
+}
