@@ -159,9 +159,9 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         if args.json {
             print_json(&name, &widenings, !unchanged)?;
         } else if existing.is_none() {
-            println!("wrote {name} ({} kits)", candidate.kits.len());
+            eprintln!("wrote {name} ({} kits)", candidate.kits.len());
         } else if !widenings.is_empty() {
-            println!("approved; wrote {name}");
+            eprintln!("approved; wrote {name}");
         }
         Ok(exit::OK)
     } else {

