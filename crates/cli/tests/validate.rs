@@ -193,3 +193,52 @@ fn effective_form_is_judged_with_the_given_args() {
         stdout(&out)
     );
 }
+
+#[test]
+fn every_invalid_fixture_exits_1_naming_its_first_expected_path() {
+    let dir = Path::new(ROOT).join("crates/spec/tests/fixtures/invalid");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 90);
+    // One process, every file: each must be reported invalid with its expected path.
+    let args: Vec<String> = std::iter::once("validate".to_owned())
+        .chain(std::iter::once("--json".to_owned()))
+        .chain(files.iter().map(|f| f.display().to_string()))
+        .collect();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = capgate(&argv);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut missing = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let profile_other = text
+            .lines()
+            .any(|l| l.starts_with("# profile:") && !l.contains("authored"));
+        if profile_other {
+            continue; // judged in another profile by the fixture harness
+        }
+        let Some(expect) = text.lines().find_map(|l| l.strip_prefix("# expect:")) else {
+            continue;
+        };
+        let path = expect.split("::").next().unwrap_or_default().trim();
+        let name = f.display().to_string();
+        let reported = report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["file"] == name.as_str() && p["path"] == path);
+        let invalid = report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["file"] == name.as_str() && r["valid"] == false);
+        if !(reported && invalid) {
+            missing.push(format!("{name}: {path}"));
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+}

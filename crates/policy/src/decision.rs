@@ -167,3 +167,31 @@ pub struct Query {
     /// `None` asks about the connection; `Some` about one request on it.
     pub http: Option<HttpRequest>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_code_is_stable_and_documented() {
+        let doc = include_str!("../../../docs/reasons.md");
+        for r in Reason::ALL {
+            assert_eq!(Reason::parse(r.code()), Some(r));
+            assert!(
+                doc.contains(&format!("| `{}` |", r.code())),
+                "docs/reasons.md lacks `{}`",
+                r.code()
+            );
+            // Serialized, a reason is its code.
+            assert_eq!(
+                serde_json::to_value(r).ok(),
+                Some(serde_json::Value::String(r.code().to_owned()))
+            );
+        }
+        assert_eq!(
+            doc.matches("\n| `").count(),
+            Reason::ALL.len(),
+            "every documented code exists"
+        );
+    }
+}
