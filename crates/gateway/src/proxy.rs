@@ -282,13 +282,7 @@ impl Gateway {
         let mut upstream: Option<Upstream> = None;
         let mut first = true;
         loop {
-            let wait = if first {
-                self.cfg().limits.head_timeout
-            } else {
-                self.cfg().limits.idle_timeout
-            };
-            first = false;
-            let Some(head) = self.read_request(stream, &mut buf, wait).await? else {
+            let Some(head) = self.next_request(stream, &mut buf, &mut first).await? else {
                 return Ok(());
             };
             if head.method == "CONNECT" {
@@ -339,6 +333,24 @@ impl Gateway {
                 return Ok(());
             }
         }
+    }
+
+    /// The next request of a kept-alive connection: the first within the head timeout,
+    /// later ones within the idle timeout.
+    async fn next_request<C: Io>(
+        &self,
+        client: &mut C,
+        buf: &mut Vec<u8>,
+        first: &mut bool,
+    ) -> std::io::Result<Option<RequestHead>> {
+        let limits = &self.cfg().limits;
+        let wait = if *first {
+            limits.head_timeout
+        } else {
+            limits.idle_timeout
+        };
+        *first = false;
+        self.read_request(client, buf, wait).await
     }
 
     /// Reads one request head; `None` on a clean close or idle timeout before any byte.
@@ -678,13 +690,7 @@ impl Gateway {
         let mut upstream: Option<Upstream> = None;
         let mut first = true;
         loop {
-            let wait = if first {
-                self.cfg().limits.head_timeout
-            } else {
-                self.cfg().limits.idle_timeout
-            };
-            first = false;
-            let Some(head) = self.read_request(&mut tls, &mut buf, wait).await? else {
+            let Some(head) = self.next_request(&mut tls, &mut buf, &mut first).await? else {
                 break;
             };
             let path = match &head.target {

@@ -858,16 +858,7 @@ impl Store {
                 });
             }
         }
-        let kits = serde_json::to_string(&record.kits).map_err(|source| StoreError::Encode {
-            path: self.path.clone(),
-            key: record.name.clone(),
-            field: "kits",
-            source,
-        })?;
-        let (lock_digest, surface) = match &record.grants {
-            SandboxGrants::LockDigest(d) => (Some(d.clone()), None),
-            SandboxGrants::Surface(s) => (None, Some(s.to_string())),
-        };
+        let (kits, lock_digest, surface) = self.encode_record(&record)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -954,18 +945,26 @@ impl Store {
     // ---------------------------------------------------------------------------------
     // Sandboxes.
 
-    pub fn create_sandbox(&mut self, record: SandboxRecord) -> Result<(), StoreError> {
-        const ACTION: &str = "record the sandbox";
+    /// The stored columns of a record: kits as JSON, and the lock digest or the surface.
+    fn encode_record(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<(String, Option<String>, Option<String>), StoreError> {
         let kits = serde_json::to_string(&record.kits).map_err(|source| StoreError::Encode {
             path: self.path.clone(),
             key: record.name.clone(),
             field: "kits",
             source,
         })?;
-        let (lock_digest, surface) = match &record.grants {
-            SandboxGrants::LockDigest(d) => (Some(d.clone()), None),
-            SandboxGrants::Surface(s) => (None, Some(s.to_string())),
-        };
+        Ok(match &record.grants {
+            SandboxGrants::LockDigest(d) => (kits, Some(d.clone()), None),
+            SandboxGrants::Surface(s) => (kits, None, Some(s.to_string())),
+        })
+    }
+
+    pub fn create_sandbox(&mut self, record: SandboxRecord) -> Result<(), StoreError> {
+        const ACTION: &str = "record the sandbox";
+        let (kits, lock_digest, surface) = self.encode_record(&record)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
