@@ -59,11 +59,23 @@ fn round_trip(head: &RequestHead, limits: &Limits) {
         // HTTP/1.0 did not: the one expected refusal.
         Err(H1Error::MissingHost)
             if head.version == Version::Http10 && head.method != "CONNECT" && head.host().is_none() => {}
+        // The writer normalizes (`name: value`, an empty absolute path as `/`), which can
+        // push a head that sat exactly at a size limit one byte per line over it. The
+        // limits are defensive bounds, not framing: that is the other expected refusal.
+        Err(H1Error::TargetTooLong { .. } | H1Error::HeadTooLarge { .. })
+            if out.len() <= head_len_bound(head) => {}
         other => panic!(
             "written head does not re-parse: {other:?}\nwritten: {}\noriginal: {head:#?}",
             out.escape_ascii()
         ),
     }
+}
+
+/// The largest head the writer may produce from `head`: its limits plus one byte per
+/// header line and one for the target.
+fn head_len_bound(head: &RequestHead) -> usize {
+    let limits = Limits::default();
+    limits.max_head_bytes + head.headers.len() + 1
 }
 
 /// Two bytes from the end of the input (usually body bytes the fuzzer mutates freely).
