@@ -95,6 +95,9 @@ enum Command {
     /// Host-side secrets bound to credential services: set (from stdin), ls, rm.
     #[command(subcommand)]
     Secret(gateway::SecretCommand),
+    /// Audit events one by one, newest first (decisions and refusals, with the deciding
+    /// rule); `capgate policy log` groups them per host.
+    Log(policy::LogArgs),
     /// Print the JSON Schema of the kit descriptor (generated from capgate's own types).
     Schema,
 }
@@ -127,6 +130,7 @@ fn main() -> ExitCode {
         Command::Ls(args) => sandbox::ls(&args),
         Command::Rm(args) => sandbox::rm(&args),
         Command::Policy(cmd) => policy::run(&cmd),
+        Command::Log(args) => policy::events_command(&args),
         Command::Gateway(args) => gateway::run_gateway(&args),
         Command::Env(args) => gateway::env_command(&args),
         Command::Ca(cmd) => gateway::ca_command(&cmd),

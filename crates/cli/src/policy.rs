@@ -163,6 +163,7 @@ pub struct CheckArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct LogArgs {
+    /// Only this sandbox's events.
     #[arg(long)]
     sandbox: Option<String>,
     #[arg(long)]
@@ -509,6 +510,47 @@ fn show_log(a: &LogArgs) -> Result<u8> {
     }
     if summaries.is_empty() {
         println!("no decisions recorded yet");
+    }
+    Ok(exit::OK)
+}
+
+/// `capgate log`: audit events one by one, newest first.
+pub fn events_command(a: &LogArgs) -> Result<u8> {
+    let store = open_store()?;
+    let events = capgate_policy::audit::events(
+        &store,
+        &LogQuery {
+            sandbox: a.sandbox.clone(),
+            limit: Some(a.limit.unwrap_or(100)),
+            since: None,
+        },
+    )?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "events": events }))?
+        );
+        return Ok(exit::OK);
+    }
+    if events.is_empty() {
+        println!("no events recorded yet");
+    }
+    for e in events {
+        let what = match (&e.method, &e.path) {
+            (Some(m), Some(p)) => format!("{m} {}:{}{p}", e.host, e.port),
+            _ => format!("{}:{}", e.host, e.port),
+        };
+        println!(
+            "{}  {:<16} {:<5} {:<26} {}{}",
+            e.time,
+            e.sandbox,
+            json_word(&e.decision),
+            e.reason.code(),
+            what,
+            e.rule_id
+                .map(|r| format!("  (rule {r})"))
+                .unwrap_or_default()
+        );
     }
     Ok(exit::OK)
 }

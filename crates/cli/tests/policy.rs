@@ -387,4 +387,11 @@ fn policy_log_groups_decisions_per_host_with_methods_and_paths() {
         "{t}"
     );
     assert!(t.contains("POST /repos/x"), "{t}");
+    // capgate log: the events one by one, newest first.
+    let (code, v) = h.json(&["log", "--sandbox", "s1", "--json"]);
+    assert_eq!(code, 0);
+    let events = v["events"].as_array().unwrap();
+    assert_eq!(events.len(), 5);
+    assert_eq!(events[0]["host"], "evil.example");
+    assert_eq!(events[0]["reason"], "no_matching_allow");
 }
