@@ -189,44 +189,74 @@ fn volumes(plan: &Plan, sandbox_dir: &Path) -> Result<Vec<VolumeMount>> {
     Ok(out)
 }
 
-/// The environment every command inside starts from (never the host's).
-fn base_env(sandbox: &str, plan: &Plan) -> Result<Vec<(String, String)>> {
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in [
-        ("HOME", "/home/agent"),
-        ("USER", "agent"),
-        ("LOGNAME", "agent"),
-        (
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ),
-        ("LANG", "C.UTF-8"),
-        ("HOSTNAME", sandbox),
-    ] {
-        env.insert(k.to_owned(), v.to_owned());
-    }
-    let term = if std::io::stdout().is_terminal() {
-        "xterm-256color"
-    } else {
-        "dumb"
-    };
-    env.insert("TERM".to_owned(), term.to_owned());
-    // Kit args exported with `env:`.
-    for unit in plan.layered_units() {
-        for decl in &unit.descriptor.args {
-            if let (Some(name), Some(value)) = (&decl.env, unit.args.get(&decl.name)) {
-                env.insert(name.clone(), value.clone());
+/// The environments inside (never the host's): the baseline every command starts from
+/// (`PATH HOME HOSTNAME TERM …`), and the workload's (the baseline plus the proxy, CA and
+/// credential variables and the kits' `env:` exports). Hooks get the baseline plus only the
+/// names they declare in `env` (spec §2.12), taking their values from the workload's.
+struct Environments {
+    baseline: Vec<(String, String)>,
+    workload: BTreeMap<String, String>,
+}
+
+impl Environments {
+    fn new(sandbox: &str, plan: &Plan) -> Result<Environments> {
+        let mut baseline: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in [
+            ("HOME", "/home/agent"),
+            ("USER", "agent"),
+            ("LOGNAME", "agent"),
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("LANG", "C.UTF-8"),
+            ("HOSTNAME", sandbox),
+        ] {
+            baseline.insert(k.to_owned(), v.to_owned());
+        }
+        let term = if std::io::stdout().is_terminal() {
+            "xterm-256color"
+        } else {
+            "dumb"
+        };
+        baseline.insert("TERM".to_owned(), term.to_owned());
+        let mut workload = baseline.clone();
+        // Kit args exported with `env:`.
+        for unit in plan.layered_units() {
+            for decl in &unit.descriptor.args {
+                if let (Some(name), Some(value)) = (&decl.env, unit.args.get(&decl.name)) {
+                    workload.insert(name.clone(), value.clone());
+                }
             }
         }
+        workload.extend(workload_env(
+            sandbox,
+            &format!("http://{PROXY_ADDR}"),
+            CA_IN_SANDBOX,
+        )?);
+        workload.insert("ALL_PROXY".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
+        workload.insert("all_proxy".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
+        Ok(Environments {
+            baseline: baseline.into_iter().collect(),
+            workload,
+        })
     }
-    env.extend(workload_env(
-        sandbox,
-        &format!("http://{PROXY_ADDR}"),
-        CA_IN_SANDBOX,
-    )?);
-    env.insert("ALL_PROXY".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
-    env.insert("all_proxy".to_owned(), format!("socks5h://{SOCKS_ADDR}"));
-    Ok(env.into_iter().collect())
+
+    /// What a hook declaring `names` adds to the baseline.
+    fn hook(&self, names: &[String]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .filter_map(|n| self.workload.get(n).map(|v| (n.clone(), v.clone())))
+            .collect()
+    }
+
+    /// What the workload adds to the baseline.
+    fn workload(&self) -> Vec<(String, String)> {
+        self.workload
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 /// System roots plus the capgate CA, for `/etc/ssl/certs/ca-certificates.crt` inside.
@@ -348,7 +378,8 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
         resolv_conf: None,
         ca_bundle: ca_bundle()?,
     };
-    spec.env = base_env(name, plan)?;
+    let envs = Environments::new(name, plan)?;
+    spec.env = envs.baseline.clone();
     spec.limits.pids = args.pids;
     spec.limits.memory = args.memory.or_else(|| memory_from_kits(plan));
     spec.limits.skip_unavailable = args.dangerously_skip_limits;
@@ -394,6 +425,7 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
     if let Some(l) = &hooks {
         for (i, hook) in l.install.iter().enumerate() {
             let mut cmd = RunCommand::agent(hook.command.clone());
+            cmd.env = envs.hook(&hook.env);
             cmd.user = if hook
                 .user
                 .as_deref()
@@ -424,7 +456,7 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
     }
     phase.set(Phase::Runtime);
     if code == exit::OK {
-        code = run_workload(&mut sandbox, args, hooks.as_ref());
+        code = run_workload(&mut sandbox, args, hooks.as_ref(), &envs);
     }
     let _ = sandbox.stop();
     runtime.shutdown_background();
@@ -440,7 +472,12 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
     Ok(code)
 }
 
-fn run_workload(sandbox: &mut Sandbox, args: &RunArgs, hooks: Option<&Lifecycle>) -> u8 {
+fn run_workload(
+    sandbox: &mut Sandbox,
+    args: &RunArgs,
+    hooks: Option<&Lifecycle>,
+    envs: &Environments,
+) -> u8 {
     if let Some(l) = hooks {
         for hook in &l.startup {
             let argv = if hook.background {
@@ -456,6 +493,7 @@ fn run_workload(sandbox: &mut Sandbox, args: &RunArgs, hooks: Option<&Lifecycle>
                 hook.command.clone()
             };
             let mut cmd = RunCommand::agent(argv);
+            cmd.env = envs.hook(&hook.env);
             if hook
                 .user
                 .as_deref()
@@ -477,7 +515,9 @@ fn run_workload(sandbox: &mut Sandbox, args: &RunArgs, hooks: Option<&Lifecycle>
     } else {
         args.command.clone()
     };
-    match sandbox.run(&RunCommand::agent(argv)) {
+    let mut cmd = RunCommand::agent(argv);
+    cmd.env = envs.workload();
+    match sandbox.run(&cmd) {
         Ok(status) => status_code(status),
         Err(e) => {
             eprintln!("capgate: {e}");

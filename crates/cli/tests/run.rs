@@ -162,7 +162,8 @@ capabilities:
   - type: com.docker.sandbox/lifecycle@1
     config:
       install:
-        - command: ["sh", "-c", "curl -s -o /dev/null -w '%{{http_code}}' http://install.test:{install}/at-install > /tmp/install-result"]
+        - command: ["sh", "-c", "curl -s -o /dev/null -w '%{{http_code}}' http://install.test:{install}/at-install > /tmp/install-result; env | cut -d= -f1 | sort | tr '\\n' ' ' > /tmp/install-env"]
+          env: [http_proxy]
 "#
         ),
     )
@@ -208,6 +209,7 @@ except OSError:
     print("no such name")
 ')"
 echo "workspace=$(cat notes.txt)"
+echo "install_env=$(cat /tmp/install-env)"
 "#
     );
     std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
@@ -261,6 +263,14 @@ echo "workspace=$(cat notes.txt)"
     );
     expect("dns_refused", "no such name");
     expect("workspace", "workspace file");
+    // A hook's environment is the baseline plus what it declares: no sentinel, no other proxy.
+    let hook_env = &p["install_env"];
+    assert!(
+        hook_env.contains("http_proxy")
+            && !hook_env.contains("GH_TOKEN")
+            && !hook_env.contains("HTTPS_PROXY"),
+        "{hook_env}"
+    );
 
     // What the upstreams saw: only the allowed requests, the real secret only on api.test.
     let plain_paths: Vec<String> = plain_seen
