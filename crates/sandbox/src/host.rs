@@ -187,9 +187,14 @@ impl Sandbox {
         };
         // The helper removes the cgroups; if it was killed, they are empty now (its death
         // took the init and the whole pid namespace with it) and removed here.
+        // A cgroup is busy until the kernel has finished tearing down its last process,
+        // which can lag the helper's death a little: retry for up to a second.
         for dir in &self.report.cgroups {
-            if dir.exists() {
-                let _ = std::fs::remove_dir(dir);
+            for _ in 0..100 {
+                if !dir.exists() || std::fs::remove_dir(dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
         status

@@ -101,7 +101,25 @@ pub struct EtcFiles {
     pub resolv_conf: Option<String>,
     /// `/etc/ssl/certs/ca-certificates.crt`: system roots plus the capgate CA (PEM).
     /// Empty: the file is not created.
+    #[serde(with = "pem_text")]
     pub ca_bundle: Vec<u8>,
+}
+
+/// PEM is ASCII: it crosses to the helper as a JSON string, not as a JSON array of numbers
+/// (a 220 KB bundle as numbers cost milliseconds to write and read at every start).
+mod pem_text {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => Err(serde::ser::Error::custom("the CA bundle is not PEM text")),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(String::deserialize(d)?.into_bytes())
+    }
 }
 
 impl std::fmt::Debug for EtcFiles {
