@@ -213,9 +213,16 @@ pub fn config(
 pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
     std::thread::spawn(move || {
         let mut last: Option<Vec<Rule>> = None;
+        // One connection for the life of the watcher.
+        let Ok(store) = open_store() else { return };
+        let filter = RuleFilter {
+            sandbox: Some(sandbox),
+            source: None,
+            decision: None,
+        };
         loop {
             std::thread::sleep(Duration::from_millis(500));
-            let Ok(rules) = rules_for(&sandbox) else {
+            let Ok(rules) = store.rules(&filter) else {
                 continue;
             };
             if last.as_ref() != Some(&rules) {
