@@ -265,9 +265,12 @@ pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
             let gw2 = gw.clone();
             tokio::spawn(async move { gw2.serve_socks(socks).await });
         }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // On Ctrl-C or SIGTERM, return: dropping the configuration flushes the audit log.
         tokio::select! {
             r = gw.serve_http(listener) => r.context("the gateway stopped"),
             _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = term.recv() => Ok(()),
         }
     })?;
     Ok(exit::OK)

@@ -1,0 +1,207 @@
+//! `capgate gateway` on its own, as a policy proxy: decisions follow the store live, every
+//! decision lands in the audit log, and `capgate env` hands out sentinels, never secrets.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+
+struct Home(tempfile::TempDir);
+
+impl Home {
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.0.path())
+            .env("CAPGATE_HOME", self.0.path().join("home"));
+        c
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut c = self.cmd(args);
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    /// SIGTERM, as a service manager would stop it; the gateway flushes its audit log.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// An upstream answering `200 ok` to every request.
+fn upstream() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n"
+                        && r.get_mut()
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn curl_code(proxy: u16, url: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            "-x",
+            &format!("http://127.0.0.1:{proxy}"),
+            url,
+        ])
+        .output()
+        .expect("curl must be installed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn decisions_follow_the_store_while_the_gateway_runs() {
+    let h = Home(tempfile::tempdir().unwrap());
+    std::fs::create_dir_all(h.0.path().join("kit")).unwrap();
+    std::fs::write(
+        h.0.path().join("kit/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n  - type: com.docker.sandbox/credential@1\n    config: {service: svc, phase: runtime, apiKey: {name: SVC_TOKEN, inject: [{domain: svc.test}]}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        h.run(&["create", "gw", "--kit", "kit"], None).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        h.run(&["secret", "set", "svc"], Some("the-real-secret"))
+            .status
+            .code(),
+        Some(0)
+    );
+    let up = upstream();
+    let port = free_port();
+    let mut child = h.cmd(&[
+        "gateway",
+        "--sandbox",
+        "gw",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--dangerously-resolve",
+        "svc.test=127.0.0.1",
+    ]);
+    let gateway = Killed(
+        child
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://svc.test:{up}/");
+    let start = Instant::now();
+    while curl_code(port, &url) != "200" {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the gateway did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The user denies the host while the gateway runs: within a second it is refused.
+    assert_eq!(
+        h.run(
+            &["policy", "deny", "network", "svc.test", "--sandbox", "gw"],
+            None
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let start = Instant::now();
+    while curl_code(port, &url) != "403" {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the deny did not take effect"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(gateway);
+    // Every decision was recorded, allowed and refused.
+    let out = h.run(&["log", "--sandbox", "gw", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reasons: Vec<&str> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.contains(&"allowed_by_rule") && reasons.contains(&"denied_by_rule"),
+        "{reasons:?}"
+    );
+
+    // The workload's environment: the proxy, the CA bundle, the sentinel — never the secret.
+    let out = h.run(&["env", "gw", "--proxy", "127.0.0.1:3128"], None);
+    let env = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:3128\n"), "{env}");
+    assert!(env.contains("SVC_TOKEN=capgate-sentinel-svc-"), "{env}");
+    assert!(env.contains("SSL_CERT_FILE="), "{env}");
+    assert!(!env.contains("the-real-secret"), "{env}");
+    let out = h.run(&["secret", "ls", "--json"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"services":["svc"]}"#
+    );
+    let ca = h.run(&["ca", "path"], None);
+    let path = String::from_utf8_lossy(&ca.stdout).trim().to_owned();
+    assert!(
+        std::fs::read_to_string(path)
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+}
