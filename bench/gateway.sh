@@ -282,60 +282,8 @@ TINY_RSS=$(rss_kb "$TINY_PID" $(ps -o pid= --ppid "$TINY_PID" 2>/dev/null || tru
 kill -0 "$GW_PID" 2>/dev/null || die "the gateway died during the runs (see $WORK/capgate/gateway.log)"
 
 # ---- the table ---------------------------------------------------------------------------
-"$PY" - "$RESULTS" <<EOF
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, rep, gate, kv = line.rstrip("\n").split("\t")
-    d = dict(x.split("=") for x in kv.split())
-    d["gate"] = gate
-    rows.setdefault(name, []).append(d)
-def med(name, key):
-    v = [float(r[key]) for r in rows.get(name, []) if float(r.get("errors", 0)) >= 0]
-    return statistics.median(v) if v else float("nan")
-def runs(name, key, scale=1.0, fmt="{:.0f}"):
-    return " / ".join(fmt.format(float(r[key]) * scale) for r in rows.get(name, []))
-def errs(name):
-    return sum(int(r.get("errors", 0)) for r in rows.get(name, []))
-C = "$CONNS"
-paths = ["direct", "capgate", "squid", "tinyproxy"]
-print()
-print(f"capgate gateway benchmark: loopback, medians of $REPS interleaved runs; wrk -t$THREADS -c{C} "
-      f"${DURATION} s (c1: -t1 -c1 ${C1_DURATION} s)")
-print()
-print(f"| path | 1 KB c{C} req/s | p50 ms | p99 ms | 1 MB c{C} MB/s | p50 / p99 ms | 1 KB c1 req/s | c1 p50 / p99 ms | socket errors* |")
-print("|---|---|---|---|---|---|---|---|---|")
-for p in paths:
-    k, m, c1 = f"c{C}_1k_{p}", f"c{C}_1m_{p}", f"c1_1k_{p}"
-    print(f"| {p} | {med(k,'rps'):,.0f} | {med(k,'p50_us')/1e3:.2f} | {med(k,'p99_us')/1e3:.2f} "
-          f"| {med(m,'bps')/1e6:,.0f} | {med(m,'p50_us')/1e3:.1f} / {med(m,'p99_us')/1e3:.1f} "
-          f"| {med(c1,'rps'):,.0f} | {med(c1,'p50_us')/1e3:.3f} / {med(c1,'p99_us')/1e3:.3f} "
-          f"| {errs(k)+errs(m)+errs(c1)} |")
-print()
-print("per-run req/s (1 KB c%s): " % C + "; ".join(f"{p} {runs(f'c{C}_1k_{p}','rps')}" for p in paths))
-print("per-run MB/s (1 MB c%s): " % C + "; ".join(f"{p} {runs(f'c{C}_1m_{p}','bps',1e-6)}" for p in paths))
-print("* tinyproxy closes the client connection after every response; wrk counts those as read errors.")
-print()
-cg, sq, ti, di = (med(f"c{C}_1k_{p}", "rps") for p in ("capgate", "squid", "tinyproxy", "direct"))
-add99 = (med(f"c{C}_1k_capgate", "p99_us") - med(f"c{C}_1k_direct", "p99_us")) / 1e3
-add50 = (med(f"c{C}_1k_capgate", "p50_us") - med(f"c{C}_1k_direct", "p50_us")) / 1e3
-add99c1 = (med("c1_1k_capgate", "p99_us") - med("c1_1k_direct", "p99_us")) / 1e3
-tput = med(f"c{C}_1m_capgate", "bps") / med(f"c{C}_1m_direct", "bps")
-tls_c, tls_d = med("tls_1k_capgate", "rps"), med("tls_1k_direct", "rps")
-def ok(b): return "MET " if b else "MISSED"
-print("| goal | measured | |")
-print("|---|---|---|")
-print(f"| capgate ≥ 2× squid req/s (1 KB c{C}) | {cg/sq:.2f}× squid ({cg/di:.3f}× direct; squid {sq/di:.3f}×) | {ok(cg >= 2*sq)} |")
-print(f"| capgate ahead of tinyproxy req/s | {cg/ti:.2f}× tinyproxy | {ok(cg > ti)} |")
-print(f"| p99 added latency < 1 ms (c{C}, capgate p99 − direct p99) | {add99:+.2f} ms (p50 {add50:+.2f} ms; c1 p99 {add99c1:+.3f} ms) | {ok(add99 < 1.0)} |")
-print(f"| 1 MB throughput ≥ 70 % of direct | {100*tput:.0f} % (squid {100*med(f'c{C}_1m_squid','bps')/med(f'c{C}_1m_direct','bps'):.0f} %, tinyproxy {100*med(f'c{C}_1m_tinyproxy','bps')/med(f'c{C}_1m_direct','bps'):.0f} %) | {ok(tput >= 0.70)} |")
-print()
-print(f"TLS-intercepted (tls.local, bounded GET rule; $TLS_PROCS Python clients, one CONNECT tunnel each, keep-alive GET /1k, ${DURATION} s):")
-print(f"  capgate {tls_c:,.0f} req/s, p50 {med('tls_1k_capgate','p50_us')/1e3:.2f} / p99 {med('tls_1k_capgate','p99_us')/1e3:.2f} ms"
-      f"  vs direct HTTPS (same client) {tls_d:,.0f} req/s, p50 {med('tls_1k_direct','p50_us')/1e3:.2f} / p99 {med('tls_1k_direct','p99_us')/1e3:.2f} ms"
-      f"  → {tls_c/tls_d:.2f}× direct; errors {errs('tls_1k_capgate')}")
-print(f"  per-run req/s: capgate {runs('tls_1k_capgate','rps')}; direct {runs('tls_1k_direct','rps')}")
-print()
-print(f"Gateway RSS (VmRSS): idle after start {$GW_RSS_START/1024:.1f} MiB, idle after the runs {$GW_RSS_END/1024:.1f} MiB, peak (VmHWM) {$GW_HWM/1024:.1f} MiB;"
-      f" for comparison after the runs: squid (master+kid) {$SQUID_RSS/1024:.1f} MiB, tinyproxy {$TINY_RSS/1024:.1f} MiB")
-EOF
+"$PY" "$HERE/table.py" "$RESULTS" conns="$CONNS" reps="$REPS" duration="$DURATION" \
+    c1_duration="$C1_DURATION" threads="$THREADS" tls_procs="$TLS_PROCS" \
+    gw_rss_start="$GW_RSS_START" gw_rss_end="$GW_RSS_END" gw_hwm="$GW_HWM" \
+    squid_rss="$SQUID_RSS" tiny_rss="$TINY_RSS"
+du -sh "$CAPGATE_HOME/policy.db" 2>/dev/null | awk '{print "capgate audit database after the runs: " $1}'

@@ -6,15 +6,16 @@
 # Runs TRACES [20] `capgate run -- /bin/true` under `strace -f -ttt --seccomp-bpf` with a
 # few marker syscalls only (so the overhead stays small), and prints the median time of each
 # phase (bench/startup_phases.py), next to the untraced median of the same runs' setting.
-# PERF=1 also records `perf record -g` over PERF_RUNS [50] untraced runs and prints the top
-# symbols (the release build keeps debug symbols). BENCH_KEEP=1 keeps the scratch folder.
+# PERF=1 also records `perf record --call-graph dwarf` over PERF_RUNS [20] untraced runs and
+# prints CPU per run by component (release builds keep debug symbols here).
+# BENCH_KEEP=1 keeps the scratch folder.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 TRACES=${TRACES:-20}
 PERF=${PERF:-0}
-PERF_RUNS=${PERF_RUNS:-50}
+PERF_RUNS=${PERF_RUNS:-20}
 BENCH_KEEP=${BENCH_KEEP:-0}
 
 log() { printf '[phases %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -51,7 +52,7 @@ done
 
 for i in $(seq "$TRACES"); do
     strace -f -ttt --seccomp-bpf \
-        -e trace=execve,clone,clone3,openat,fsync,mount,pivot_root,sendmsg,exit_group \
+        -e trace=execve,clone,clone3,openat,pivot_root,sendmsg,exit_group \
         -o "$WORK/traces/run-$i.txt" "$CAPGATE" run -- /bin/true
 done
 
@@ -60,15 +61,17 @@ echo "capgate run -- /bin/true: untraced median $(printf '%s\n' "${untraced[@]}"
     sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)]/1000}') ms over $TRACES runs;" \
     "phases from $TRACES strace runs:"
 echo
-"$PY" "$HERE/startup_phases.py" "$WORK"/traces/run-*.txt
+UNTRACED_MS=$(printf '%s\n' "${untraced[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.2f", a[int((NR+1)/2)]/1000}')
+"$PY" "$HERE/startup_phases.py" --untraced "$UNTRACED_MS" "$WORK"/traces/run-*.txt
 
 if [ "$PERF" = 1 ]; then
     command -v perf >/dev/null || die "perf is needed for PERF=1"
-    log "perf record -g over $PERF_RUNS runs"
-    perf record -q -g -o "$WORK/perf.data" -- bash -c \
+    log "perf record --call-graph dwarf over $PERF_RUNS runs"
+    perf record -q --call-graph dwarf,16384 -F 2000 -o "$WORK/perf.data" -- bash -c \
         "for i in \$(seq $PERF_RUNS); do '$CAPGATE' run -- /bin/true; done" >/dev/null 2>&1
+    perf script -i "$WORK/perf.data" >"$WORK/perf.txt" 2>/dev/null
     echo
-    echo "perf: top symbols by self time (all processes of the runs):"
-    perf report -i "$WORK/perf.data" --no-children --sort comm,dso,symbol \
-        --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -25
+    echo "CPU by component (perf, $PERF_RUNS runs; the rows overlap):"
+    echo
+    "$PY" "$HERE/startup_phases.py" --perf-script "$WORK/perf.txt" "$PERF_RUNS" 2000
 fi

@@ -148,7 +148,7 @@ done
 # Nothing of the runs is left behind: no sandbox record, no state, no cgroup.
 left=$(find "$CAPGATE_HOME/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 [ "$left" = 0 ] || log "WARNING: $left sandbox directories were left in $CAPGATE_HOME/sandboxes"
-stale=$(find /sys/fs/cgroup -path '*/capgate/run-*' -maxdepth 6 -type d 2>/dev/null | wc -l)
+stale=$(find /sys/fs/cgroup -maxdepth 6 -type d -path '*/capgate/run-*' 2>/dev/null | wc -l)
 [ "$stale" = 0 ] || log "WARNING: $stale capgate run-* cgroups were left under /sys/fs/cgroup"
 
 # ---- the table ---------------------------------------------------------------------------

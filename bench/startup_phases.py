@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Where the start-up time of `capgate run -- /bin/true` goes, from `strace -f -ttt` traces.
 
-Usage: startup_phases.py TRACE...   (each TRACE one run, made by bench/startup-phases.sh with
-`strace -f -ttt --seccomp-bpf -e trace=execve,clone,clone3,openat,fsync,mount,pivot_root,
-sendmsg,exit_group`). Prints, per phase, the median over the traces in ms. The phases are cut
+Usage: startup_phases.py [--untraced MS] TRACE...
+       startup_phases.py --perf-script FILE RUNS HZ   (each TRACE one run, made by bench/startup-phases.sh with
+`strace -f -ttt --seccomp-bpf -e trace=execve,clone,clone3,openat,pivot_root,sendmsg,
+exit_group`). Prints, per phase, the median over the traces in ms. The phases are cut
 at syscalls that mark where capgate's code moves on (see MARKS); the strace overhead (one
 ptrace stop per traced call, ~200 per run) inflates every phase a little.
 """
@@ -35,7 +36,7 @@ def marks(events):
     """The time of each mark of one run, or None where it is missing."""
     main = events[0][0]
     helper = next((p for p, _, n, s in events if n == "execve" and '"__sandbox"' in s), None)
-    init = next((p for p, _, n, s in events if n == "mount" and p not in (main, helper)), None)
+    init = next((p for p, _, n, s in events if n == "pivot_root"), None)
     cmd = None
     for p, _, n, s in events:
         if n == "execve" and p not in (main, helper, init):
@@ -63,7 +64,9 @@ def marks(events):
           and "subgid" not in s and "passwd" not in s and "nsswitch" not in s and "group" not in s,
           after=m.get("spec_decoded"))
     first("clone_ns", helper, "clone", lambda s: "CLONE_NEWUSER" in s)
-    first("init_mounts", init, "mount")
+    first("attach", helper, "openat", lambda s: "cgroup.procs" in s and "O_WRONLY" in s,
+          after=m.get("clone_ns"))
+    first("init_start", init, "openat")
     first("pivot", init, "pivot_root")
     first("ready", init, "sendmsg", lambda s: "Ready" in s)
     first("run_sent", main, "sendmsg", lambda s: '{\\"Run\\"' in s)
@@ -86,15 +89,16 @@ def marks(events):
 PHASES = [
     ("start", "kits", "process start: exec, dynamic loader, clap, built-in kit file"),
     ("kits", "provision", "read/validate/resolve kits + lock gate"),
-    ("provision", "config", "provision: composition.json (fsync) + SQLite open + rules (fsyncs)"),
+    ("provision", "config", "provision: composition.json + SQLite open + rules (fsyncs)"),
     ("config", "ca", "gateway config: composition re-read, secrets, 2x SQLite open, rules, audit thread"),
     ("ca", "spawn", "CA load (x2), CA bundle, workload env (composition re-read), spec"),
     ("spawn", "helper_exec", "fork + exec of the helper"),
     ("helper_exec", "spec_decoded", "helper: loader + receive and decode the JSON spec"),
     ("spec_decoded", "cgroup_done", "helper: id maps, state dirs, cgroup v1 create + pids.max"),
     ("cgroup_done", "clone_ns", "helper: HostView::read (/etc walk, /dev, /proc)"),
-    ("clone_ns", "init_mounts", "clone(NEWUSER|NS|PID|NET|IPC|UTS) + uid/gid maps + cgroup attach"),
-    ("init_mounts", "pivot", "init: mounts, /etc copy (files, ~400 symlinks), /dev, /proc, pivot"),
+    ("clone_ns", "attach", "clone(NEWUSER|NS|PID|NET|IPC|UTS) + setgroups, uid/gid maps"),
+    ("attach", "init_start", "cgroup v1 attach (write cgroup.procs) + release + root tmpfs, binds"),
+    ("init_start", "pivot", "init: /etc copy (files, ~400 symlinks), /dev, /proc, pivot_root"),
     ("pivot", "ready", "init: loopback, listeners, caps, Landlock (+probe fork), seccomp"),
     ("ready", "run_sent", "caller: tokio runtime + listeners, Run request"),
     ("run_sent", "cmd_exec", "command: fork, ids, caps, seccomp, execve"),
@@ -106,24 +110,92 @@ PHASES = [
     ("end", "gone", "process exit (threads, mappings)"),
 ]
 
+# CPU by component, from `perf script` of `perf record --call-graph dwarf -F HZ` over N runs:
+# a sample counts for every component whose frame is on its stack (so rows overlap).
+CPU = [
+    ("dynamic loader (3 execs: capgate, helper, /bin/true)", "_dl_start"),
+    ("kits: read, resolve, lock gate", ("read_kits", "plan_kits", "capgate::lock::gate")),
+    ("SQLite, all (5 opens: schema, pragmas, WAL close)", "sqlite3"),
+    ("  Store::open", "capgate_policy::store::Store::open"),
+    ("gateway::config (secrets, rules, audit writer, CA)", "capgate::gateway::config"),
+    ("spec to JSON (caller; CA bundle as a number array)", "SandboxSpec>::serialize"),
+    ("spec from JSON (helper)", "proto::Request>::deserialize"),
+    ("HostView::read (helper: /etc walk)", "HostView::read"),
+    ("kernel effects (Linux::apply: cgroup, mounts, /etc copy)", "Kernel>::apply"),
+    ("  symlink(2) (/etc copy)", "__x64_sys_symlink"),
+    ("  mount(2)", "__x64_sys_mount"),
+    ("seccomp (compile + install)", "seccomp"),
+    ("fork/clone (kernel copy_process)", "copy_process"),
+    ("execve (kernel)", "do_execveat_common"),
+    ("page faults", "asm_exc_page_fault"),
+    ("fsync (CPU only)", "__x64_sys_fsync"),
+    ("tokio runtime build", "runtime::builder::Builder::build"),
+]
+
+
+def perf_cpu(path, runs, hz):
+    samples, cur = [], None
+    for line in open(path, errors="replace"):
+        if not line.strip():
+            if cur is not None:
+                samples.append("\n".join(cur))
+            cur = None
+        elif not line[0].isspace():
+            cur = []
+        elif cur is not None:
+            cur.append(line.strip())
+    if cur is not None:
+        samples.append("\n".join(cur))
+    ms = lambda n: n / hz * 1e3 / runs
+    print(f"| component (perf, inclusive) | CPU ms per run | share of CPU |")
+    print("|---|---|---|")
+    for label, pats in CPU:
+        pats = (pats,) if isinstance(pats, str) else pats
+        n = sum(1 for s in samples if any(p in s for p in pats))
+        print(f"| {label} | {ms(n):.2f} | {100 * n / max(len(samples), 1):.0f} % |")
+    print(f"| **all CPU of the runs** | **{ms(len(samples)):.1f}** | 100 % |")
+
+
+def stops(events, a, b):
+    """Traced calls between two times (each one ptrace stop of overhead)."""
+    return sum(1 for _, t, n, _ in events if a <= t < b and n != "+++")
+
 
 def main():
-    runs = [marks(parse(p)) for p in sys.argv[1:]]
-    if not runs:
+    args = sys.argv[1:]
+    if len(args) == 4 and args[0] == "--perf-script":
+        perf_cpu(args[1], int(args[2]), float(args[3]))
+        return
+    untraced = None
+    if len(args) >= 2 and args[0] == "--untraced":
+        untraced, args = float(args[1]), args[2:]
+    if not args:
         sys.exit(__doc__)
-    total = []
-    print(f"| phase | median ms | share | (of {len(runs)} traced runs) |")
-    print("|---|---|---|---|")
+    traces = [parse(p) for p in args]
+    runs = [marks(e) for e in traces]
+    total = [(r["gone"] - r["start"]) * 1e3 for r in runs if "gone" in r and "start" in r]
+    t = statistics.median(total) if total else float("nan")
     rows = []
     for a, b, label in PHASES:
         d = [(r[b] - r[a]) * 1e3 for r in runs if a in r and b in r]
-        rows.append((label, statistics.median(d) if d else float("nan"), len(d)))
-    total = [(r["gone"] - r["start"]) * 1e3 for r in runs if "gone" in r and "start" in r]
-    t = statistics.median(total) if total else float("nan")
-    for label, v, n in rows:
+        k = [stops(e, r[a], r[b]) for e, r in zip(traces, runs) if a in r and b in r]
+        rows.append((label, statistics.median(d) if d else float("nan"),
+                     statistics.median(k) if k else 0, len(d)))
+    # With the untraced median, spread the difference over the phases by their number of
+    # traced calls: an estimate of each phase without strace.
+    all_stops = sum(k for _, _, k, _ in rows)
+    per_stop = (t - untraced) / all_stops if untraced is not None and all_stops else 0.0
+    est = "est. untraced ms" if untraced is not None else ""
+    print(f"| phase | traced median ms | traced calls | {est} | (of {len(runs)} runs) |")
+    print("|---|---|---|---|---|")
+    for label, v, k, n in rows:
         miss = "" if n == len(runs) else f" (found in {n} runs)"
-        print(f"| {label} | {v:.2f} | {100 * v / t:.0f} % |{miss} |")
-    print(f"| **total (traced)** | **{t:.2f}** | 100 % | |")
+        e = f"{max(v - k * per_stop, 0.0):.1f}" if untraced is not None else ""
+        print(f"| {label} | {v:.2f} | {k:.0f} | {e} |{miss} |")
+    e = f"**{untraced:.1f}** (measured)" if untraced is not None else ""
+    print(f"| **total** | **{t:.2f}** | {all_stops:.0f} | {e} | |")
+    if untraced is not None:
+        print(f"\n(strace cost: {per_stop * 1e3:.0f} µs per traced call, fitted so that the phases add up to the untraced median)")
 
 
 if __name__ == "__main__":

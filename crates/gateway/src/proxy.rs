@@ -944,6 +944,26 @@ impl Gateway {
                 .await?;
             return Ok(false);
         }
+        // A body already read with the head goes out with it: one write, one packet.
+        if let Framing::Length(n) = response.framing {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n <= up.buf.len() && n <= 64 * 1024 {
+                out.extend_from_slice(&up.buf[..n]);
+                up.buf.drain(..n);
+                client.write_all(&out).await?;
+                if !response.keep_alive {
+                    *upstream = None;
+                }
+                self.audit_verdict(
+                    &host,
+                    port,
+                    &verdict,
+                    Some((&head.method, &path)),
+                    (bytes_up, out.len() as u64),
+                );
+                return Ok(client_keep);
+            }
+        }
         client.write_all(&out).await?;
         let down = relay_body(
             response.framing,
@@ -1070,7 +1090,12 @@ where
                 pending.drain(..take);
                 left -= take as u64;
             }
-            let mut chunk = vec![0u8; 64 * 1024];
+            // Only a body larger than what was read with the head needs a buffer.
+            let mut chunk = if left > 0 {
+                vec![0u8; 256 * 1024]
+            } else {
+                Vec::new()
+            };
             while left > 0 {
                 let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk.len());
                 let got = src.read(&mut chunk[..want]).await?;

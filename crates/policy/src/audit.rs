@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, Row, TransactionBehavior, params};
 use serde::Serialize;
@@ -433,16 +433,25 @@ fn run(mut store: Store, receiver: &Receiver<Message>, drops: &Drops, options: A
             Err(_) => closing = true,
         }
         if flush.is_none() && !closing {
-            let deadline = Instant::now() + options.batch_interval;
-            while batch.len() < options.batch_max {
-                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(Message::Event(event)) => batch.push(event),
+            // Sleep through the batch interval instead of waking for every event: a thread
+            // woken per request competes with the relaying threads (tail latency on small
+            // machines), while a sleeping one costs the senders nothing.
+            std::thread::sleep(options.batch_interval);
+            // Drain everything that arrived, one transaction per `batch_max` events.
+            loop {
+                match receiver.try_recv() {
+                    Ok(Message::Event(event)) => {
+                        batch.push(event);
+                        if batch.len() >= options.batch_max {
+                            write_batch(&mut store, &mut batch, drops, &mut lost);
+                        }
+                    }
                     Ok(Message::Flush(reply)) => {
                         flush = Some(reply);
                         break;
                     }
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => {
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
                         closing = true;
                         break;
                     }
