@@ -422,6 +422,9 @@ struct Lost {
 }
 
 fn run(mut store: Store, receiver: &Receiver<Message>, drops: &Drops, options: AuditOptions) {
+    // The writer is background work: at the lowest priority it never delays the threads
+    // that relay requests (Linux applies a thread id's nice value to that thread only).
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
     let mut batch: Vec<AuditEvent> = Vec::with_capacity(options.batch_max);
     let mut lost: Option<Lost> = None;
     loop {
