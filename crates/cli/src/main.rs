@@ -98,6 +98,13 @@ enum Command {
     /// Audit events one by one, newest first (decisions and refusals, with the deciding
     /// rule); `capgate policy log` groups them per host.
     Log(policy::LogArgs),
+    /// What this host offers the sandbox (user namespaces, Landlock ABI, seccomp, cgroup
+    /// controllers for pids and memory, overlayfs) and what is missing, with how to fix it.
+    /// Exit 0 when everything `capgate run` needs is there, 1 otherwise.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the JSON Schema of the kit descriptor (generated from capgate's own types).
     Schema,
 }
@@ -136,6 +143,7 @@ fn main() -> ExitCode {
         Command::Ca(cmd) => gateway::ca_command(&cmd),
         Command::Secret(cmd) => gateway::secret_command(&cmd),
         Command::Schema => print_schema(),
+        Command::Doctor { json } => doctor(json),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -154,6 +162,20 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         || e.downcast_ref::<serde_json::Error>()
             .and_then(serde_json::Error::io_error_kind)
             == pipe
+}
+
+fn doctor(json: bool) -> anyhow::Result<u8> {
+    let report = capgate_sandbox::probe_host();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.problems().next().is_none() {
+        exit::OK
+    } else {
+        exit::INVALID
+    })
 }
 
 fn print_schema() -> anyhow::Result<u8> {

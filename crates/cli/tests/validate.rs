@@ -242,3 +242,24 @@ fn every_invalid_fixture_exits_1_naming_its_first_expected_path() {
     }
     assert!(missing.is_empty(), "{missing:#?}");
 }
+
+#[test]
+fn doctor_reports_what_the_host_offers() {
+    let out = capgate(&["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = report.to_string();
+    for feature in [
+        "UserNamespaces",
+        "Landlock",
+        "Seccomp",
+        "PidsLimit",
+        "MemoryLimit",
+        "Overlay",
+    ] {
+        assert!(text.contains(feature), "{feature} in {text}");
+    }
+    // This machine kind (and CI) offers everything `capgate run` needs.
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let human = capgate(&["doctor"]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("Landlock: ABI"));
+}
