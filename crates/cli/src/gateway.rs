@@ -142,8 +142,8 @@ fn credentials(dir: &SandboxDir) -> Result<Vec<capgate_spec::caps::credential::C
         .collect())
 }
 
-fn rules_for(sandbox: &str) -> Result<Vec<Rule>> {
-    Ok(open_store()?.rules(&RuleFilter {
+pub fn rules_for(store: &capgate_policy::Store, sandbox: &str) -> Result<Vec<Rule>> {
+    Ok(store.rules(&RuleFilter {
         sandbox: Some(sandbox.to_owned()),
         source: None,
         decision: None,
@@ -168,9 +168,10 @@ fn explicit_openings(rules: &[Rule]) -> Vec<ipnet::IpNet> {
         .collect()
 }
 
-/// Everything the gateway of `sandbox` needs, from the store and the sandbox's state.
+/// Everything the gateway of `sandbox` needs; `rules` are the sandbox's rules from the store.
 pub fn config(
     sandbox: &str,
+    rules: &[Rule],
     upstream_ca: Option<&std::path::Path>,
     mappings: Vec<DangerousMapping>,
     phase: Phase,
@@ -181,13 +182,13 @@ pub fn config(
     let services: Vec<String> = creds.iter().map(|c| c.service.clone()).collect();
     let sentinels = dir.sentinels(&services)?;
     let broker = Broker::new(&creds, &sentinels, secrets()?.all()?);
-    let rules = rules_for(sandbox)?;
+
     for m in &mappings {
         eprintln!(
             "capgate: WARNING: --dangerously-resolve maps `{m}`: that name bypasses DNS and the address guard"
         );
     }
-    let guard = AddressGuard::new(explicit_openings(&rules))?.with_dangerous_mappings(mappings);
+    let guard = AddressGuard::new(explicit_openings(rules))?.with_dangerous_mappings(mappings);
     let extra = match upstream_ca {
         Some(p) => {
             Some(std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?)
@@ -197,7 +198,7 @@ pub fn config(
     let audit = AuditWriter::spawn(&data_dir()?.join("policy.db"))?;
     Ok(GatewayConfig {
         sandbox: sandbox.to_owned(),
-        policy: Arc::new(PolicyView::new(Matcher::compile(&rules))),
+        policy: Arc::new(PolicyView::new(Matcher::compile(rules))),
         phase: Arc::new(PhaseSwitch::new(phase)),
         guard,
         resolver: Arc::new(SystemResolver),
@@ -234,8 +235,10 @@ pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
 }
 
 pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
+    let rules = rules_for(&open_store()?, &args.sandbox)?;
     let cfg = config(
         &args.sandbox,
+        &rules,
         args.upstream_ca.as_deref(),
         args.dangerously_resolve.clone(),
         args.phase,

@@ -307,15 +307,15 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         approve: args.approve,
         json: false,
     };
-    let plan = match provision(&create)? {
+    // One connection for the run: provisioning, the gateway's rules, the summary, removal.
+    let mut store = open_store()?;
+    let plan = match provision(&create, &mut store)? {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let outcome = run_provisioned(args, &name, &plan);
+    let outcome = run_provisioned(args, &name, &plan, &store);
     if ephemeral {
-        if let Ok(mut store) = open_store() {
-            let _ = store.remove_sandbox(&name);
-        }
+        let _ = store.remove_sandbox(&name);
         if let Ok(dir) = SandboxDir::of(&name) {
             let _ = dir.remove();
         }
@@ -323,7 +323,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     outcome
 }
 
-fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
+fn run_provisioned(
+    args: &RunArgs,
+    name: &str,
+    plan: &Plan,
+    store: &capgate_policy::Store,
+) -> Result<u8> {
     let started = Timestamp::now();
     let dir = SandboxDir::of(name)?;
     let workspace = match &args.workspace {
@@ -341,8 +346,10 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
     };
 
     // The gateway: the sandbox's only way out.
+    let rules = gateway::rules_for(store, name)?;
     let cfg = gateway::config(
         name,
+        &rules,
         args.upstream_ca.as_deref(),
         args.dangerously_resolve.clone(),
         first_phase,
@@ -465,7 +472,7 @@ fn run_provisioned(args: &RunArgs, name: &str, plan: &Plan) -> Result<u8> {
     if let Some(a) = &audit {
         let _ = a.flush();
     }
-    let refused = summarize(name, started)?;
+    let refused = summarize(store, name, started)?;
     if args.fail_on_violation && refused > 0 {
         return Ok(exit::VIOLATION);
     }
@@ -554,10 +561,9 @@ fn serve_listeners(
 }
 
 /// Prints what the gateway refused during the run; returns how many refusals there were.
-fn summarize(name: &str, since: Timestamp) -> Result<usize> {
-    let store = open_store()?;
+fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Result<usize> {
     let denied: Vec<_> = events(
-        &store,
+        store,
         &LogQuery {
             sandbox: Some(name.to_owned()),
             limit: None,

@@ -103,7 +103,7 @@ pub fn lock_location(
 
 /// Resolves, gates against the lock, records the sandbox and provisions its kit rules.
 /// `Err(code)` when it must stop (1 invalid, 2 refused, 4 needs approval).
-pub fn provision(args: &CreateArgs) -> Result<Result<Plan, u8>> {
+pub fn provision(args: &CreateArgs, store: &mut capgate_policy::Store) -> Result<Result<Plan, u8>> {
     check_sandbox_name(&args.name)?;
     let (plan, lock_path) = match lock_location(&args.kits, &args.args, args.lock.as_deref()) {
         Err(code) => return Ok(Err(code)),
@@ -138,7 +138,6 @@ pub fn provision(args: &CreateArgs) -> Result<Result<Plan, u8>> {
     dir.create()?;
     dir.write_composition(&plan.composed.descriptor())?;
     dir.sentinels(&credential_services(&plan))?;
-    let mut store = open_store()?;
     let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan));
     let record = SandboxRecord::new(
         args.name.clone(),
@@ -157,7 +156,8 @@ struct Created<'a> {
 }
 
 pub fn create(args: &CreateArgs) -> Result<u8> {
-    let plan = match provision(args)? {
+    let mut store = open_store()?;
+    let plan = match provision(args, &mut store)? {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
