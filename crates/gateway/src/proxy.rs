@@ -563,6 +563,11 @@ impl Gateway {
         mut peeked: Vec<u8>,
         verdict: &Verdict,
     ) -> Served {
+        // The client speaks first (a CONNECT tunnel carries TLS or another client-first
+        // protocol; server-first protocols go through SOCKS5). Its first bytes are read
+        // until they are known not to be TLS, or hold a whole ClientHello whose server
+        // name is checked. A hello cut short (end of stream or timeout) is refused, never
+        // forwarded unchecked: its rest would otherwise pass the check.
         let deadline = self.cfg().limits.head_timeout;
         loop {
             match peek_sni(&peeked) {
@@ -583,17 +588,17 @@ impl Gateway {
                 }
                 Ok(SniPeek::NeedMore) if peeked.len() < MAX_PEEK_LEN => {
                     match timeout(deadline, read_more(client, &mut peeked)).await {
+                        Ok(Ok(0)) | Err(_) if peeked.is_empty() => return Ok(()),
                         Ok(Ok(0)) | Err(_) => {
-                            if peeked.is_empty() {
-                                return Ok(());
-                            }
-                            break;
+                            let v = Verdict::refused(
+                                Reason::MalformedRequest,
+                                "the tunnel's TLS ClientHello stopped before it was complete",
+                            );
+                            self.audit_verdict(host, port, &v, None, (0, 0));
+                            return Ok(());
                         }
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Err(e),
-                    }
-                    if peeked.is_empty() {
-                        continue;
                     }
                 }
                 Ok(SniPeek::NeedMore) | Err(_) => {
@@ -603,14 +608,6 @@ impl Gateway {
                     );
                     self.audit_verdict(host, port, &v, None, (0, 0));
                     return Ok(());
-                }
-            }
-            if peeked.is_empty() {
-                // Nothing sent yet: wait for the first bytes.
-                match timeout(deadline, read_more(client, &mut peeked)).await {
-                    Ok(Ok(0)) | Err(_) => return Ok(()),
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return Err(e),
                 }
             }
         }

@@ -153,6 +153,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
         ("other.test", true),
         ("secure.test", true),
         ("denied.test", true),
+        ("sink.test", false),
     ] {
         let cfg = tls.then(|| up_ca.server_config_for(name).unwrap());
         let (addr, s) = upstream(name, cfg).await;
@@ -163,7 +164,13 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
         rule(
             "r1",
             Decision::Allow,
-            &["plain.test", "secure.test", "other.test", "denied.test"],
+            &[
+                "plain.test",
+                "secure.test",
+                "other.test",
+                "denied.test",
+                "sink.test",
+            ],
             None,
             None,
         ),
@@ -566,4 +573,55 @@ async fn socks5_carries_unbounded_grants_only() {
         assert_ne!(code, 0, "{u}: {out}");
     }
     assert!(h.seen["denied.test"].lock().unwrap().requests.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clienthello_cut_short_is_never_forwarded() {
+    let h = harness(false).await;
+    // A raw listener that counts every connection it is given (sink.test maps onto
+    // 127.0.0.1; the CONNECT names this listener's port).
+    let raw = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let raw_port = raw.local_addr().unwrap().port();
+    let accepted = Arc::new(Mutex::new(0u32));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((_s, _)) = raw.accept().await {
+            *counter.lock().unwrap() += 1;
+        }
+    });
+    // A TLS record header announcing a 512-byte handshake, then a few bytes, then EOF.
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(
+        format!("CONNECT sink.test:{raw_port} HTTP/1.1\r\nHost: sink.test\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = [0u8; 39];
+    s.read_exact(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    s.write_all(&[
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ])
+    .await
+    .unwrap();
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        *accepted.lock().unwrap(),
+        0,
+        "the cut-short hello reached the upstream"
+    );
+    // The twin: a client-first protocol that is not TLS is tunnelled.
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(
+        format!("CONNECT sink.test:{raw_port} HTTP/1.1\r\nHost: sink.test\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    s.read_exact(&mut answer).await.unwrap();
+    s.write_all(b"PING\r\n").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(*accepted.lock().unwrap(), 1);
 }
