@@ -260,13 +260,13 @@ impl Environments {
 }
 
 /// System roots plus the capgate CA, for `/etc/ssl/certs/ca-certificates.crt` inside.
-fn ca_bundle() -> Result<Vec<u8>> {
+fn ca_bundle(ca_pem: &str) -> Vec<u8> {
     let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     if !bundle.is_empty() && !bundle.ends_with(b"\n") {
         bundle.push(b'\n');
     }
-    bundle.extend_from_slice(gateway::ca()?.cert_pem().as_bytes());
-    Ok(bundle)
+    bundle.extend_from_slice(ca_pem.as_bytes());
+    bundle
 }
 
 /// Maps a failure to start the sandbox or the command onto the container-runtime codes.
@@ -355,6 +355,12 @@ fn run_provisioned(
         first_phase,
     )?;
     let phase = Arc::clone(&cfg.phase);
+    // The CA the gateway loaded, for the sandbox's trust bundle (read once per run).
+    let ca_pem = cfg
+        .ca
+        .as_ref()
+        .map(|ca| ca.cert_pem().to_owned())
+        .unwrap_or_default();
     let audit = cfg.audit.clone();
     gateway::watch_rules(name.to_owned(), Arc::clone(&cfg.policy));
     let gw = Gateway::new(cfg);
@@ -383,7 +389,7 @@ fn run_provisioned(
         }),
         hosts: None,
         resolv_conf: None,
-        ca_bundle: ca_bundle()?,
+        ca_bundle: ca_bundle(&ca_pem),
     };
     let envs = Environments::new(name, plan)?;
     spec.env = envs.baseline.clone();
