@@ -15,3 +15,4 @@ pub mod h1;
 pub mod proxy;
 pub mod respond;
 pub mod socks;
+mod splice;

@@ -148,8 +148,22 @@ struct Inner {
 }
 
 /// Something a connection can be served over.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The socket itself when this is plain TCP (no TLS layer): bodies between two such
+    /// sockets move through a pipe with splice(2) instead of through user space.
+    fn plain_tcp(&mut self) -> Option<&mut TcpStream> {
+        None
+    }
+}
+impl Io for TcpStream {
+    fn plain_tcp(&mut self) -> Option<&mut TcpStream> {
+        Some(self)
+    }
+}
+/// An intercepted client connection.
+impl Io for tokio_rustls::server::TlsStream<Rewind<'_, TcpStream>> {}
+/// A TLS connection to an upstream.
+impl Io for tokio_rustls::client::TlsStream<TcpStream> {}
 
 /// Serving stopped on an I/O error (the client was answered where it could be).
 type Served = std::io::Result<()>;
@@ -962,14 +976,28 @@ impl Gateway {
             }
         }
         client.write_all(&out).await?;
-        let down = relay_body(
-            response.framing,
-            &mut up.stream,
-            &mut up.buf,
-            client,
-            &self.cfg().limits.h1,
-        )
-        .await;
+        let down = match response.framing {
+            Framing::Length(n) if n > SPLICE_MIN => {
+                relay_length(
+                    n,
+                    &mut up.stream,
+                    &mut up.buf,
+                    client,
+                    &self.cfg().limits.h1,
+                )
+                .await
+            }
+            framing => {
+                relay_body(
+                    framing,
+                    &mut up.stream,
+                    &mut up.buf,
+                    client,
+                    &self.cfg().limits.h1,
+                )
+                .await
+            }
+        };
         let bytes_down = match down {
             Ok(n) => n + out.len() as u64,
             Err(_) => {
@@ -1049,6 +1077,34 @@ struct Upstream {
     key: (String, u16, bool),
     stream: Box<dyn Io>,
     buf: Vec<u8>,
+}
+
+/// Bodies above this size between two plain TCP sockets are spliced; below it the
+/// pipe's set-up costs more than the copy it saves.
+const SPLICE_MIN: u64 = 64 * 1024;
+
+/// Relays a body of exactly `n` bytes from the upstream to the client: what was read with
+/// the head first, then the rest through a pipe when both ends are plain TCP sockets and
+/// through user space otherwise.
+async fn relay_length<C: Io>(
+    n: u64,
+    upstream: &mut Box<dyn Io>,
+    pending: &mut Vec<u8>,
+    client: &mut C,
+    limits: &h1::Limits,
+) -> std::io::Result<u64> {
+    let take = usize::try_from(n).unwrap_or(usize::MAX).min(pending.len());
+    if take > 0 {
+        client.write_all(&pending[..take]).await?;
+        pending.drain(..take);
+    }
+    let left = n - take as u64;
+    if let (Some(src), Some(dst)) = (upstream.plain_tcp(), client.plain_tcp()) {
+        crate::splice::tcp_to_tcp(src, dst, left).await?;
+        return Ok(n);
+    }
+    relay_body(Framing::Length(left), upstream, pending, client, limits).await?;
+    Ok(n)
 }
 
 /// Reads more bytes into `buf`, growing it.

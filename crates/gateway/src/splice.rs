@@ -1,0 +1,120 @@
+//! Moving a body between two plain TCP sockets through a pipe with splice(2), so its bytes
+//! never cross into user space.
+//!
+//! The pipe is filled only when empty and drained completely before the next fill. That
+//! makes every `EAGAIN` unambiguous: while filling, the empty pipe cannot be full, so the
+//! source socket has nothing to read; while draining, the pipe has bytes, so the
+//! destination socket is full. tokio's readiness is then cleared for the right socket.
+
+use std::io;
+
+use rustix::pipe::{PipeFlags, SpliceFlags};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// How much the pipe holds (and so how much one splice moves); the kernel may round it or
+/// refuse to grow the pipe, which only makes the steps smaller.
+const PIPE_SIZE: usize = 1 << 20;
+
+/// Moves exactly `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src`
+/// ends first.
+pub(crate) async fn tcp_to_tcp(src: &TcpStream, dst: &TcpStream, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (pipe_r, pipe_w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+    let step = rustix::pipe::fcntl_setpipe_size(&pipe_w, PIPE_SIZE).unwrap_or(64 * 1024);
+    let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(step);
+        let filled = loop {
+            src.readable().await?;
+            match src.try_io(Interest::READABLE, || {
+                Ok(rustix::pipe::splice(src, None, &pipe_w, None, want, flags)?)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if filled == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "body ended early",
+            ));
+        }
+        left -= filled as u64;
+        let mut in_pipe = filled;
+        while in_pipe > 0 {
+            dst.writable().await?;
+            match dst.try_io(Interest::WRITABLE, || {
+                Ok(rustix::pipe::splice(
+                    &pipe_r, None, dst, None, in_pipe, flags,
+                )?)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => in_pipe -= n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn moves_exactly_len_bytes_and_leaves_the_rest() {
+        let (mut up_far, up_near) = pair().await;
+        let (down_near, mut down_far) = pair().await;
+        let body = pattern(3 * 1024 * 1024 + 17);
+        let len = body.len() as u64;
+        let writer = tokio::spawn(async move {
+            up_far.write_all(&body).await.unwrap();
+            up_far.write_all(b"NEXT").await.unwrap();
+            up_far
+        });
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; len as usize];
+            down_far.read_exact(&mut got).await.unwrap();
+            got
+        });
+        tcp_to_tcp(&up_near, &down_near, len).await.unwrap();
+        let _keep = writer.await.unwrap();
+        assert_eq!(reader.await.unwrap(), pattern(3 * 1024 * 1024 + 17));
+        // The bytes after the body are still on the source socket, unread.
+        let mut next = [0u8; 4];
+        let mut up_near = up_near;
+        up_near.read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"NEXT");
+    }
+
+    #[tokio::test]
+    async fn a_source_that_ends_early_is_an_error() {
+        let (mut up_far, up_near) = pair().await;
+        let (down_near, _down_far) = pair().await;
+        up_far.write_all(&pattern(1000)).await.unwrap();
+        drop(up_far);
+        let err = tcp_to_tcp(&up_near, &down_near, 5000).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+}
