@@ -1083,9 +1083,9 @@ struct Upstream {
 /// pipe's set-up costs more than the copy it saves.
 const SPLICE_MIN: u64 = 64 * 1024;
 
-/// Relays a body of exactly `n` bytes from the upstream to the client: what was read with
-/// the head first, then the rest through a pipe when both ends are plain TCP sockets and
-/// through user space otherwise.
+/// Relays a body of exactly `n` bytes from the upstream to the client: through a pipe when
+/// both ends are plain TCP sockets (after what was read with the head), through user space
+/// otherwise.
 async fn relay_length<C: Io>(
     n: u64,
     upstream: &mut Box<dyn Io>,
@@ -1093,17 +1093,13 @@ async fn relay_length<C: Io>(
     client: &mut C,
     limits: &h1::Limits,
 ) -> std::io::Result<u64> {
+    let (Some(src), Some(dst)) = (upstream.plain_tcp(), client.plain_tcp()) else {
+        return relay_body(Framing::Length(n), upstream, pending, client, limits).await;
+    };
     let take = usize::try_from(n).unwrap_or(usize::MAX).min(pending.len());
-    if take > 0 {
-        client.write_all(&pending[..take]).await?;
-        pending.drain(..take);
-    }
-    let left = n - take as u64;
-    if let (Some(src), Some(dst)) = (upstream.plain_tcp(), client.plain_tcp()) {
-        crate::splice::tcp_to_tcp(src, dst, left).await?;
-        return Ok(n);
-    }
-    relay_body(Framing::Length(left), upstream, pending, client, limits).await?;
+    dst.write_all(&pending[..take]).await?;
+    pending.drain(..take);
+    crate::splice::tcp_to_tcp(src, dst, n - take as u64).await?;
     Ok(n)
 }
 

@@ -273,6 +273,21 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
     }
 }
 
+/// Runs a prepared curl; returns its exit code and stdout followed by stderr.
+async fn output(mut cmd: Command) -> (i32, String) {
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("curl must be installed"))
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// Runs curl through the proxy; returns (exit code, http code, body+headers).
 async fn curl(h: &Harness, args: &[&str]) -> (i32, String) {
     let mut cmd = Command::new("curl");
@@ -287,17 +302,7 @@ async fn curl(h: &Harness, args: &[&str]) -> (i32, String) {
     .arg(&h.ca_pem)
     .args(["-w", "\n%{http_code} %{http_connect}\n"])
     .args(args);
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("curl must be installed"))
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    output(cmd).await
 }
 
 fn url(h: &Harness, scheme: &str, host: &str, path: &str) -> String {
@@ -594,17 +599,7 @@ async fn curl_socks(h: &Harness, url: &str) -> (i32, String) {
     ])
     .arg(&h.ca_pem)
     .arg(url);
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("curl must be installed"))
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    output(cmd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
