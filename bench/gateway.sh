@@ -6,7 +6,9 @@
 # Environment (defaults in brackets): DURATION [10] seconds per wrk run, REPS [3],
 # CONNS [50], THREADS [2], C1_DURATION [5] for the one-connection latency runs,
 # TLS_PROCS [4] client processes (one tunnel each) for the TLS-intercepted run,
-# BENCH_KEEP [0] =1 keeps the scratch folder (configs, logs, raw results).
+# BENCH_KEEP [0] =1 keeps the scratch folder (configs, logs, raw results),
+# ONLY [all] an extended regex: only the runs whose name matches it (e.g. ONLY='1m_(direct|capgate)';
+# names are c<CONNS>_1k_<path>, c<CONNS>_1m_<path>, c1_1k_<path>, tls_1k_<path>).
 #
 # Everything runs on 127.0.0.1 and stops by itself; every process it starts is stopped by
 # its PID on exit. See bench/README.md for what is measured and how to read the table.
@@ -21,6 +23,7 @@ THREADS=${THREADS:-2}
 C1_DURATION=${C1_DURATION:-5}
 TLS_PROCS=${TLS_PROCS:-4}
 BENCH_KEEP=${BENCH_KEEP:-0}
+ONLY=${ONLY:-}
 
 NGINX_HTTP=18080
 NGINX_TLS=18443
@@ -199,8 +202,13 @@ origin_host() {  # capgate needs the name its kit grants; the peers get the addr
     if [ "$1" = capgate ]; then echo "bench.local:$NGINX_HTTP"; else echo "127.0.0.1:$NGINX_HTTP"; fi
 }
 
+selected() {     # selected NAME: does ONLY (if set) pick this run?
+    [ -z "$ONLY" ] || printf '%s\n' "$1" | grep -Eq -- "$ONLY"
+}
+
 run_wrk() {      # run_wrk NAME PATH SIZE CONNS THREADS SECS REP
     local name=$1 path=$2 size=$3 c=$4 t=$5 d=$6 rep=$7 port host gate out line
+    selected "$name" || return 0
     port=$(proxy_port "$path")
     gate=$(cpu_gate)
     if [ -z "$port" ]; then
@@ -221,6 +229,7 @@ run_wrk() {      # run_wrk NAME PATH SIZE CONNS THREADS SECS REP
 
 run_tls() {      # run_tls NAME direct|capgate SECS REP
     local name=$1 path=$2 d=$3 rep=$4 gate out line
+    selected "$name" || return 0
     gate=$(cpu_gate)
     if [ "$path" = direct ]; then
         out=$("$PY" "$HERE/tls_client.py" --connect "127.0.0.1:$NGINX_TLS" \

@@ -841,7 +841,10 @@ impl Gateway {
                     *upstream = Some(Upstream {
                         key,
                         stream,
-                        buf: Vec::with_capacity(16 * 1024),
+                        // Small: what the response head's read takes beyond the head is
+                        // copied through user space even when the rest is spliced.
+                        buf: Vec::with_capacity(4 * 1024),
+                        pipe: None,
                     })
                 }
                 Err(message) => {
@@ -975,28 +978,23 @@ impl Gateway {
                 return Ok(client_keep);
             }
         }
-        client.write_all(&out).await?;
         let down = match response.framing {
             Framing::Length(n) if n > SPLICE_MIN => {
-                relay_length(
-                    n,
-                    &mut up.stream,
-                    &mut up.buf,
-                    client,
-                    &self.cfg().limits.h1,
-                )
-                .await
+                relay_length(n, &mut out, up, client, &self.cfg().limits.h1).await
             }
-            framing => {
-                relay_body(
-                    framing,
-                    &mut up.stream,
-                    &mut up.buf,
-                    client,
-                    &self.cfg().limits.h1,
-                )
-                .await
-            }
+            framing => match client.write_all(&out).await {
+                Ok(()) => {
+                    relay_body(
+                        framing,
+                        &mut up.stream,
+                        &mut up.buf,
+                        client,
+                        &self.cfg().limits.h1,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            },
         };
         let bytes_down = match down {
             Ok(n) => n + out.len() as u64,
@@ -1077,29 +1075,45 @@ struct Upstream {
     key: (String, u16, bool),
     stream: Box<dyn Io>,
     buf: Vec<u8>,
+    /// The pipe large bodies are spliced through, made by the first one.
+    pipe: Option<crate::splice::Pipe>,
 }
 
 /// Bodies above this size between two plain TCP sockets are spliced; below it the
 /// pipe's set-up costs more than the copy it saves.
 const SPLICE_MIN: u64 = 64 * 1024;
 
-/// Relays a body of exactly `n` bytes from the upstream to the client: through a pipe when
-/// both ends are plain TCP sockets (after what was read with the head), through user space
-/// otherwise.
+/// Sends the response head `head` and relays a body of exactly `n` bytes from the upstream
+/// to the client: through the upstream's pipe when both ends are plain TCP sockets (the
+/// bytes read with the upstream's head leave with the response head), through user space
+/// otherwise. Returns the body bytes relayed.
 async fn relay_length<C: Io>(
     n: u64,
-    upstream: &mut Box<dyn Io>,
-    pending: &mut Vec<u8>,
+    head: &mut Vec<u8>,
+    up: &mut Upstream,
     client: &mut C,
     limits: &h1::Limits,
 ) -> std::io::Result<u64> {
-    let (Some(src), Some(dst)) = (upstream.plain_tcp(), client.plain_tcp()) else {
-        return relay_body(Framing::Length(n), upstream, pending, client, limits).await;
+    let (Some(src), Some(dst)) = (up.stream.plain_tcp(), client.plain_tcp()) else {
+        client.write_all(head).await?;
+        return relay_body(
+            Framing::Length(n),
+            &mut up.stream,
+            &mut up.buf,
+            client,
+            limits,
+        )
+        .await;
     };
-    let take = usize::try_from(n).unwrap_or(usize::MAX).min(pending.len());
-    dst.write_all(&pending[..take]).await?;
-    pending.drain(..take);
-    crate::splice::tcp_to_tcp(src, dst, n - take as u64).await?;
+    let take = usize::try_from(n).unwrap_or(usize::MAX).min(up.buf.len());
+    head.extend(up.buf.drain(..take));
+    dst.write_all(head).await?;
+    head.truncate(head.len() - take);
+    let pipe = match &mut up.pipe {
+        Some(pipe) => pipe,
+        empty => empty.insert(crate::splice::Pipe::new()?),
+    };
+    pipe.tcp_to_tcp(src, dst, n - take as u64).await?;
     Ok(n)
 }
 

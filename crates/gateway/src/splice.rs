@@ -7,6 +7,7 @@
 //! destination socket is full. tokio's readiness is then cleared for the right socket.
 
 use std::io;
+use std::os::fd::OwnedFd;
 
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
@@ -16,51 +17,77 @@ use tokio::net::TcpStream;
 /// refuse to grow the pipe, which only makes the steps smaller.
 const PIPE_SIZE: usize = 1 << 20;
 
-/// Moves exactly `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src`
-/// ends first.
-pub(crate) async fn tcp_to_tcp(src: &TcpStream, dst: &TcpStream, len: u64) -> io::Result<()> {
-    if len == 0 {
-        return Ok(());
+/// A pipe for moving bodies, kept by a connection so that one is made per connection, not
+/// per body. It is empty between bodies; after a failed move it may hold bytes and must be
+/// dropped with the connection it served.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// What one fill may move: the pipe's size as the kernel granted it.
+    step: usize,
+}
+
+impl Pipe {
+    pub(crate) fn new() -> io::Result<Self> {
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        let step = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE).unwrap_or(64 * 1024);
+        Ok(Self { read, write, step })
     }
-    let (pipe_r, pipe_w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-    let step = rustix::pipe::fcntl_setpipe_size(&pipe_w, PIPE_SIZE).unwrap_or(64 * 1024);
-    let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
-    let mut left = len;
-    while left > 0 {
-        let want = usize::try_from(left).unwrap_or(usize::MAX).min(step);
-        let filled = loop {
-            src.readable().await?;
-            match src.try_io(Interest::READABLE, || {
-                Ok(rustix::pipe::splice(src, None, &pipe_w, None, want, flags)?)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+
+    /// Moves exactly `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src`
+    /// ends first.
+    pub(crate) async fn tcp_to_tcp(
+        &mut self,
+        src: &TcpStream,
+        dst: &TcpStream,
+        len: u64,
+    ) -> io::Result<()> {
+        let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+        let mut left = len;
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(self.step);
+            let filled = loop {
+                src.readable().await?;
+                match src.try_io(Interest::READABLE, || {
+                    Ok(rustix::pipe::splice(
+                        src,
+                        None,
+                        &self.write,
+                        None,
+                        want,
+                        flags,
+                    )?)
+                }) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if filled == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "body ended early",
+                ));
             }
-        };
-        if filled == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "body ended early",
-            ));
-        }
-        left -= filled as u64;
-        let mut in_pipe = filled;
-        while in_pipe > 0 {
-            dst.writable().await?;
-            match dst.try_io(Interest::WRITABLE, || {
-                Ok(rustix::pipe::splice(
-                    &pipe_r, None, dst, None, in_pipe, flags,
-                )?)
-            }) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => in_pipe -= n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+            left -= filled as u64;
+            let mut in_pipe = filled;
+            while in_pipe > 0 {
+                dst.writable().await?;
+                match dst.try_io(Interest::WRITABLE, || {
+                    Ok(rustix::pipe::splice(
+                        &self.read, None, dst, None, in_pipe, flags,
+                    )?)
+                }) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => in_pipe -= n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -98,7 +125,8 @@ mod tests {
             down_far.read_exact(&mut got).await.unwrap();
             got
         });
-        tcp_to_tcp(&up_near, &down_near, len).await.unwrap();
+        let mut pipe = Pipe::new().unwrap();
+        pipe.tcp_to_tcp(&up_near, &down_near, len).await.unwrap();
         let _keep = writer.await.unwrap();
         assert_eq!(reader.await.unwrap(), pattern(3 * 1024 * 1024 + 17));
         // The bytes after the body are still on the source socket, unread.
@@ -108,13 +136,47 @@ mod tests {
         assert_eq!(&next, b"NEXT");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_pipe_carries_body_after_body() {
+        let (mut up_far, up_near) = pair().await;
+        let (down_near, mut down_far) = pair().await;
+        let sizes = [1_500_000_usize, 1, 70_000, 2 * 1024 * 1024];
+        let stream: Vec<u8> = sizes.iter().flat_map(|&n| pattern(n)).collect();
+        let total = stream.len();
+        let writer = tokio::spawn(async move {
+            up_far.write_all(&stream).await.unwrap();
+            up_far
+        });
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; total];
+            down_far.read_exact(&mut got).await.unwrap();
+            got
+        });
+        let mut pipe = Pipe::new().unwrap();
+        for n in sizes {
+            pipe.tcp_to_tcp(&up_near, &down_near, n as u64)
+                .await
+                .unwrap();
+        }
+        let _keep = writer.await.unwrap();
+        let expected: Vec<u8> = sizes.iter().flat_map(|&n| pattern(n)).collect();
+        assert!(
+            reader.await.unwrap() == expected,
+            "the bodies arrive in order, whole"
+        );
+    }
+
     #[tokio::test]
     async fn a_source_that_ends_early_is_an_error() {
         let (mut up_far, up_near) = pair().await;
         let (down_near, _down_far) = pair().await;
         up_far.write_all(&pattern(1000)).await.unwrap();
         drop(up_far);
-        let err = tcp_to_tcp(&up_near, &down_near, 5000).await.unwrap_err();
+        let err = Pipe::new()
+            .unwrap()
+            .tcp_to_tcp(&up_near, &down_near, 5000)
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

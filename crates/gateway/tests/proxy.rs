@@ -341,20 +341,22 @@ async fn allowed_hosts_pass_and_unlisted_hosts_get_403_with_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_arrive_whole_and_the_next_response_is_intact() {
     let h = harness(false).await;
-    // Plain HTTP on both sides: the body is spliced. Through TLS: it is copied. Each time a
-    // second request follows on the same connections, so a body that took a byte too many
-    // or too few would corrupt the second response.
+    // Plain HTTP on both sides: the bodies are spliced, through one pipe per connection.
+    // Through TLS: they are copied. A third request follows on the same connections, so a
+    // body that took a byte too many or too few, or a pipe that kept a byte of the first
+    // body, would corrupt what comes after it.
     for scheme in ["http", "https"] {
         let host = if scheme == "http" {
             "plain.test"
         } else {
             "secure.test"
         };
-        let len = 3 * 1024 * 1024 + 17;
+        let (len, len2) = (3 * 1024 * 1024 + 17, 200 * 1024 + 3);
         let (code, out) = curl(
             &h,
             &[
                 &url(&h, scheme, host, &format!("/big/{len}")),
+                &url(&h, scheme, host, &format!("/big/{len2}")),
                 &url(&h, scheme, host, "/after"),
             ],
         )
@@ -366,15 +368,27 @@ async fn large_bodies_arrive_whole_and_the_next_response_is_intact() {
             &out[out.len().saturating_sub(300)..]
         );
         let body = big_body(len);
-        assert!(out.starts_with(&body), "{scheme}: the large body differs");
+        assert!(
+            out.starts_with(&body),
+            "{scheme}: the first large body differs"
+        );
         let rest = &out[body.len()..];
+        let rest = rest
+            .strip_prefix("\n200 ")
+            .unwrap_or_else(|| panic!("{scheme}: no status after the first body"));
+        let body2 = big_body(len2);
+        assert!(
+            rest.contains(&body2),
+            "{scheme}: the second large body differs"
+        );
+        let rest = &rest[rest.find(&body2).unwrap() + body2.len()..];
         assert!(
             rest.starts_with("\n200 ") && rest.contains(&format!("hello from {host}\n")),
             "{scheme}: {rest}"
         );
     }
     let plain = h.seen["plain.test"].lock().unwrap().requests.len();
-    assert_eq!(plain, 2, "both requests reached the plain upstream");
+    assert_eq!(plain, 3, "all three requests reached the plain upstream");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
