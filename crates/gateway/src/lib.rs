@@ -12,6 +12,7 @@ pub mod addr;
 pub mod broker;
 pub mod dns;
 pub mod h1;
+mod http2;
 pub mod proxy;
 pub mod respond;
 pub mod socks;

@@ -145,6 +145,9 @@ pub struct Gateway {
 struct Inner {
     cfg: GatewayConfig,
     connections: Semaphore,
+    /// `cfg.upstream_tls` offering `h2` before `http/1.1`: for a tunnel whose client
+    /// offered `h2` (see [`crate::http2`]).
+    upstream_tls_h2: Arc<rustls::ClientConfig>,
 }
 
 /// Something a connection can be served over.
@@ -171,10 +174,13 @@ type Served = std::io::Result<()>;
 impl Gateway {
     pub fn new(cfg: GatewayConfig) -> Gateway {
         let max = cfg.limits.max_connections;
+        let mut h2 = (*cfg.upstream_tls).clone();
+        h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Gateway {
             inner: Arc::new(Inner {
                 cfg,
                 connections: Semaphore::new(max),
+                upstream_tls_h2: Arc::new(h2),
             }),
         }
     }
@@ -210,6 +216,14 @@ impl Gateway {
         };
         let _ = self.serve_plain(&mut stream).await;
         let _ = stream.shutdown().await;
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.cfg().limits
+    }
+
+    pub(crate) fn sandbox(&self) -> &str {
+        &self.cfg().sandbox
     }
 
     fn cfg(&self) -> &GatewayConfig {
@@ -252,6 +266,46 @@ impl Gateway {
         }
     }
 
+    /// Decides one HTTP request to `host` (normalized from `target`) and lets the broker
+    /// judge and rewrite its headers: the policy's verdict, or the broker's refusal of a
+    /// sentinel sent where its credential is not injected. `tls_upstream`: the request
+    /// leaves over TLS (a secret is never written into a cleartext request).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one request, as the codecs hand it over"
+    )]
+    pub(crate) fn judge(
+        &self,
+        target: &Target,
+        host: &str,
+        port: u16,
+        request: HttpRequest,
+        path_and_query: &str,
+        headers: &mut Vec<Header>,
+        tls_upstream: bool,
+    ) -> Verdict {
+        let verdict = self.decide(target, port, Some(request));
+        if !verdict.is_allowed() {
+            return verdict;
+        }
+        let phase = self.cfg().phase.get();
+        match self
+            .cfg()
+            .broker
+            .apply(host, phase, path_and_query, headers, tls_upstream)
+        {
+            Ok(_) => verdict,
+            Err(exfil) => Verdict {
+                decision: Decision::Deny,
+                deny_kind: Some(capgate_policy::DenyKind::Explicit),
+                reason: Reason::CredentialExfiltration,
+                rule: None,
+                message: exfil.message(host),
+                inspect: false,
+            },
+        }
+    }
+
     fn audit(&self, event: AuditEvent) {
         if let Some(a) = &self.cfg().audit {
             a.record(event);
@@ -264,7 +318,7 @@ impl Gateway {
         self.audit(e);
     }
 
-    fn audit_verdict(
+    pub(crate) fn audit_verdict(
         &self,
         host: &str,
         port: u16,
@@ -692,13 +746,52 @@ impl Gateway {
                 return Ok(());
             }
         };
+        // HTTP/2 where it is clean: the client offered it and the upstream chose it. The
+        // upstream is then dialled before the client's handshake ends, to learn its choice;
+        // an HTTP/1.1 connection made that way serves the first request. A failed dial is
+        // left to the HTTP/1.1 path, which dials again and answers the failure.
+        let offers_h2 = start
+            .client_hello()
+            .alpn()
+            .is_some_and(|mut offered| offered.any(|p| p == b"h2"));
+        let mut h2_upstream = None;
+        let mut early = None;
+        if offers_h2 {
+            let config = Arc::clone(&self.inner.upstream_tls_h2);
+            match self.dial_tls(host, vetted, config).await {
+                Ok(up) if up.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                    h2_upstream = crate::http2::connect_upstream(up).await.ok();
+                }
+                Ok(up) => early = Some(up),
+                Err(_) => {}
+            }
+        }
+        let config = if h2_upstream.is_some() {
+            let mut h2 = (*config).clone();
+            h2.alpn_protocols = vec![b"h2".to_vec()];
+            Arc::new(h2)
+        } else {
+            config
+        };
         let mut tls = match timeout(self.cfg().limits.head_timeout, start.into_stream(config)).await
         {
             Ok(Ok(s)) => s,
             _ => return Ok(()),
         };
+        if let Some(sender) = h2_upstream {
+            crate::http2::serve(self, tls, host, port, sender).await;
+            return Ok(());
+        }
         let mut buf = Vec::with_capacity(8 * 1024);
-        let mut upstream: Option<Upstream> = None;
+        let mut upstream: Option<Upstream> = match (early, target_of(host)) {
+            (Some(up), Some(target)) => Some(Upstream {
+                key: (target_name(&target), port, true),
+                stream: Box::new(up),
+                buf: Vec::with_capacity(4 * 1024),
+                pipe: None,
+            }),
+            _ => None,
+        };
         let mut first = true;
         loop {
             let Some(head) = self.next_request(&mut tls, &mut buf, &mut first).await? else {
@@ -776,16 +869,24 @@ impl Gateway {
         let host = target_name(&target);
         let method = Method::parse(&head.method).unwrap_or(Method::Any);
         let what = format!("{} {host}{path}", head.method);
-        let verdict = self.decide(
+        let tls_upstream = tls_to.is_some();
+        let verdict = self.judge(
             &target,
+            &host,
             port,
-            Some(HttpRequest {
+            HttpRequest {
                 method,
                 path: path.clone(),
-            }),
+            },
+            path_and_query,
+            &mut head.headers,
+            tls_upstream,
         );
         if !verdict.is_allowed() {
-            let close = head.framing != Framing::None;
+            // A request that tried to carry a sentinel away ends its connection; after any
+            // other refusal the connection goes on when no body is left unread.
+            let close =
+                head.framing != Framing::None || verdict.reason == Reason::CredentialExfiltration;
             client
                 .write_all(&respond::refusal(
                     &verdict,
@@ -796,29 +897,6 @@ impl Gateway {
                 .await?;
             self.audit_verdict(&host, port, &verdict, Some((&head.method, &path)), (0, 0));
             return Ok(!close && head.keep_alive);
-        }
-        let phase = self.cfg().phase.get();
-        let tls_upstream = tls_to.is_some();
-        if let Err(exfil) = self.cfg().broker.apply(
-            &host,
-            phase,
-            path_and_query,
-            &mut head.headers,
-            tls_upstream,
-        ) {
-            let v = Verdict {
-                decision: Decision::Deny,
-                deny_kind: Some(capgate_policy::DenyKind::Explicit),
-                reason: Reason::CredentialExfiltration,
-                rule: None,
-                message: exfil.message(&host),
-                inspect: false,
-            };
-            client
-                .write_all(&respond::refusal(&v, &self.cfg().sandbox, &what, true))
-                .await?;
-            self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
-            return Ok(false);
         }
         // The upstream: reused while the host stays the same.
         let key = (host.clone(), port, tls_upstream);
@@ -1045,6 +1123,14 @@ impl Gateway {
 
     /// Connects to the vetted address (never the name again), over TLS when asked.
     async fn dial(&self, host: &str, addr: SocketAddr, tls: bool) -> Result<Box<dyn Io>, String> {
+        if tls {
+            let config = Arc::clone(&self.cfg().upstream_tls);
+            return Ok(Box::new(self.dial_tls(host, addr, config).await?));
+        }
+        Ok(Box::new(self.dial_tcp(addr).await?))
+    }
+
+    async fn dial_tcp(&self, addr: SocketAddr) -> Result<TcpStream, String> {
         let tcp = match timeout(self.cfg().limits.upstream_timeout, TcpStream::connect(addr)).await
         {
             Ok(Ok(s)) => s,
@@ -1052,18 +1138,26 @@ impl Gateway {
             Err(_) => return Err("connecting timed out".to_owned()),
         };
         let _ = tcp.set_nodelay(true);
-        if !tls {
-            return Ok(Box::new(tcp));
-        }
+        Ok(tcp)
+    }
+
+    /// TLS to the vetted address, the certificate verified for `host`.
+    async fn dial_tls(
+        &self,
+        host: &str,
+        addr: SocketAddr,
+        config: Arc<rustls::ClientConfig>,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+        let tcp = self.dial_tcp(addr).await?;
         let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.cfg().upstream_tls));
+        let connector = tokio_rustls::TlsConnector::from(config);
         match timeout(
             self.cfg().limits.upstream_timeout,
             connector.connect(name, tcp),
         )
         .await
         {
-            Ok(Ok(s)) => Ok(Box::new(s)),
+            Ok(Ok(s)) => Ok(s),
             Ok(Err(e)) => Err(format!("TLS with the upstream failed: {e}")),
             Err(_) => Err("the TLS handshake timed out".to_owned()),
         }
@@ -1239,7 +1333,7 @@ pub(crate) fn target_name(t: &Target) -> String {
 }
 
 /// `host[:port]` (IPv6 in brackets) with a default port.
-fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
+pub(crate) fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
     if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         let port = match after.strip_prefix(':') {

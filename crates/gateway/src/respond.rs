@@ -29,6 +29,16 @@ pub fn plain(status: u16, reason: Reason, body: &str, close: bool) -> Vec<u8> {
 
 /// The 403 for a policy decision: what was refused, why, and which rule decided.
 pub fn refusal(verdict: &Verdict, sandbox: &str, what: &str, close: bool) -> Vec<u8> {
+    plain(
+        403,
+        verdict.reason,
+        &refusal_body(verdict, sandbox, what),
+        close,
+    )
+}
+
+/// The text of a refusal, the same over HTTP/1.1 and HTTP/2.
+pub fn refusal_body(verdict: &Verdict, sandbox: &str, what: &str) -> String {
     let mut body = format!(
         "capgate refused {what}\nreason: {}\n",
         verdict.reason.code()
@@ -49,7 +59,7 @@ pub fn refusal(verdict: &Verdict, sandbox: &str, what: &str, close: bool) -> Vec
     let _ = writeln!(body, "detail: {}", verdict.message);
     let _ = writeln!(body, "sandbox: {sandbox}");
     body.push_str("see: capgate policy log; capgate policy check network HOST\n");
-    plain(403, verdict.reason, &body, close)
+    body
 }
 
 pub fn status_text(status: u16) -> &'static str {

@@ -50,7 +50,11 @@ async fn upstream(
                     Some(cfg) => {
                         let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
                         if let Ok(s) = acceptor.accept(tcp).await {
-                            serve(s, name, seen).await;
+                            if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                serve_h2(s, name, seen).await;
+                            } else {
+                                serve(s, name, seen).await;
+                            }
                         }
                     }
                     None => serve(tcp, name, seen).await,
@@ -96,6 +100,57 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 return;
             }
         }
+    }
+}
+
+/// The same server over HTTP/2 (for upstreams whose TLS offers `h2`). It records each
+/// request as `METHOD TARGET HTTP/2` followed by `:authority` and the header lines.
+async fn serve_h2<S>(s: S, name: &'static str, seen: Arc<Mutex<Seen>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Ok(mut conn) = h2::server::handshake(s).await else {
+        return;
+    };
+    while let Some(Ok((request, mut respond))) = conn.accept().await {
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let (parts, mut body) = request.into_parts();
+            let mut received = 0;
+            while let Some(Ok(chunk)) = body.data().await {
+                received += chunk.len();
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut head = format!("{} {target} HTTP/2", parts.method);
+            head.push_str(&format!(
+                "\r\n:authority: {}",
+                parts.uri.authority().map_or("", |a| a.as_str())
+            ));
+            for (n, v) in &parts.headers {
+                head.push_str(&format!(
+                    "\r\n{n}: {}",
+                    String::from_utf8_lossy(v.as_bytes())
+                ));
+            }
+            head.push_str(&format!("\r\n(body {received} bytes)"));
+            seen.lock().unwrap().requests.push(head);
+            let big = target
+                .rsplit_once("/big/")
+                .and_then(|(_, n)| n.parse::<usize>().ok());
+            let body = match big {
+                Some(n) => big_body(n),
+                None => format!("hello from {name}\n"),
+            };
+            let response = http::Response::builder()
+                .status(200)
+                .header("content-length", body.len())
+                .body(())
+                .unwrap();
+            if let Ok(mut send) = respond.send_response(response, false) {
+                let _ = send.send_data(bytes::Bytes::from(body), true);
+            }
+        });
     }
 }
 
@@ -148,9 +203,10 @@ fn rule(
     }
 }
 
-/// Upstreams: `plain.test` (HTTP), `api.test`, `other.test`, `secure.test` (HTTPS). Rules:
-/// plain.test and secure.test allowed; api.test only `GET /repos/**`; `denied.test`
-/// allowed but also denied; other.test allowed (no credential there).
+/// Upstreams: `plain.test` (HTTP), `api.test`, `other.test`, `secure.test` (HTTPS), and
+/// `h2.test`, `h2open.test` (HTTPS offering HTTP/2). Rules: plain.test, secure.test and
+/// h2open.test allowed; api.test and h2.test only `GET /repos/**`; `denied.test` allowed
+/// but also denied; other.test allowed. The credential is injected on api.test and h2.test.
 async fn harness(with_credential: bool) -> Harness {
     harness_with(with_credential, false).await
 }
@@ -170,8 +226,19 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
         ("secure.test", true),
         ("denied.test", true),
         ("sink.test", false),
+        ("h2.test", true),
+        ("h2open.test", true),
     ] {
-        let cfg = tls.then(|| up_ca.server_config_for(name).unwrap());
+        let cfg = tls.then(|| {
+            let cfg = up_ca.server_config_for(name).unwrap();
+            if name.starts_with("h2") {
+                let mut cfg = (*cfg).clone();
+                cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                Arc::new(cfg)
+            } else {
+                cfg
+            }
+        });
         let (addr, s) = upstream(name, cfg).await;
         ports.insert(name, addr.port());
         seen.insert(name, s);
@@ -186,6 +253,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
                 "other.test",
                 "denied.test",
                 "sink.test",
+                "h2open.test",
             ],
             None,
             None,
@@ -193,7 +261,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
         rule(
             "r2",
             Decision::Allow,
-            &["api.test"],
+            &["api.test", "h2.test"],
             Some(vec![Method::Get]),
             Some(vec!["/repos/**"]),
         ),
@@ -210,7 +278,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
     let guard = AddressGuard::new(vec![])
         .unwrap()
         .with_dangerous_mappings(mappings);
-    let cred_yaml = "schemaVersion: \"3\"\nkind: mixin\ncapabilities:\n  - type: com.docker.sandbox/credential@1\n    config: {service: github, phase: runtime, apiKey: {name: GH_TOKEN, inject: [{domain: api.test}]}}\n";
+    let cred_yaml = "schemaVersion: \"3\"\nkind: mixin\ncapabilities:\n  - type: com.docker.sandbox/credential@1\n    config: {service: github, phase: runtime, apiKey: {name: GH_TOKEN, inject: [{domain: api.test}, {domain: h2.test}]}}\n";
     let loaded = capgate_spec::load(
         cred_yaml.as_bytes(),
         &capgate_spec::Options {
@@ -688,4 +756,175 @@ async fn a_clienthello_cut_short_is_never_forwarded() {
     s.write_all(b"PING\r\n").await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(*accepted.lock().unwrap(), 1);
+}
+
+/// curl over HTTP/2 where it can: returns (exit code, output ending in
+/// `<http code> <http version>`).
+async fn curl_h2(h: &Harness, args: &[&str]) -> (i32, String) {
+    let mut all = vec!["--http2", "-w", "\n%{http_code} %{http_version}\n"];
+    all.extend_from_slice(args);
+    curl(h, &all).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_is_spoken_where_the_client_offers_it_and_the_upstream_chooses_it() {
+    // With a credential every TLS host is intercepted, so both cases below are inspected.
+    let h = harness(true).await;
+    let (code, out) = curl_h2(&h, &[&url(&h, "https", "h2open.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("hello from h2open.test") && out.ends_with("\n200 2\n"),
+        "{out}"
+    );
+    let seen = h.seen["h2open.test"].lock().unwrap().requests.clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].starts_with("GET /x HTTP/2"), "{seen:?}");
+    // The twin: an upstream that speaks only HTTP/1.1 keeps the client on HTTP/1.1 too,
+    // nothing is translated between versions.
+    let (code, out) = curl_h2(&h, &[&url(&h, "https", "secure.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("hello from secure.test") && out.ends_with("\n200 1.1\n"),
+        "{out}"
+    );
+    let seen = h.seen["secure.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen.len() == 1 && seen[0].starts_with("GET /x HTTP/1.1"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_rules_are_judged_per_http2_stream() {
+    let h = harness(false).await;
+    // Three streams on one connection: one allowed, two refused with the reason.
+    let (code, out) = curl_h2(
+        &h,
+        &[
+            "-i",
+            &url(&h, "https", "h2.test", "/repos/x"),
+            &url(&h, "https", "h2.test", "/user"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from h2.test\n\n200 2\n"), "{out}");
+    assert!(
+        out.contains("HTTP/2 403") && out.contains("x-capgate-reason: http_not_allowed"),
+        "{out}"
+    );
+    assert!(out.contains("capgate refused GET h2.test/user"), "{out}");
+    let (_, out) = curl_h2(
+        &h,
+        &[
+            "-i",
+            "-X",
+            "POST",
+            "-d",
+            "x=1",
+            &url(&h, "https", "h2.test", "/repos/x"),
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/2 403") && out.ends_with("\n403 2\n"),
+        "{out}"
+    );
+    let seen = h.seen["h2.test"].lock().unwrap().requests.clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the allowed stream reached the upstream: {seen:?}"
+    );
+    assert!(seen[0].starts_with("GET /repos/x HTTP/2"), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_stream_for_another_host_is_refused() {
+    // With a credential every TLS host is intercepted.
+    let h = harness(true).await;
+    // curl sends a Host header as the stream's :authority: a request for another host
+    // inside the h2open.test tunnel. The twin without it passes.
+    let other = format!("Host: other.test:{}", h.ports["other.test"]);
+    let (_, out) = curl_h2(
+        &h,
+        &["-i", "-H", &other, &url(&h, "https", "h2open.test", "/x")],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/2 400") && out.contains("x-capgate-reason: malformed_request"),
+        "{out}"
+    );
+    assert!(h.seen["other.test"].lock().unwrap().requests.is_empty());
+    assert!(h.seen["h2open.test"].lock().unwrap().requests.is_empty());
+    let (code, out) = curl_h2(&h, &[&url(&h, "https", "h2open.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("\n200 2\n"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_the_sentinel_is_swapped_only_on_the_inject_domain() {
+    let h = harness(true).await;
+    let auth = format!("Authorization: Bearer {SENTINEL}");
+    let (code, out) = curl_h2(&h, &["-H", &auth, &url(&h, "https", "h2.test", "/repos/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("\n200 2\n"), "{out}");
+    let seen = h.seen["h2.test"].lock().unwrap().requests.clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].contains("\r\nauthorization: Bearer ghp_the_real_secret"),
+        "{seen:?}"
+    );
+    assert!(!seen[0].contains(SENTINEL), "{seen:?}");
+
+    // The same header to a host without the credential: refused, and that upstream sees
+    // nothing. A sentinel in the query string is refused too.
+    let (_, out) = curl_h2(
+        &h,
+        &["-i", "-H", &auth, &url(&h, "https", "h2open.test", "/x")],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/2 403") && out.contains("x-capgate-reason: credential_exfiltration"),
+        "{out}"
+    );
+    let query = format!("/x?token={SENTINEL}");
+    let (_, out) = curl_h2(&h, &["-i", &url(&h, "https", "h2open.test", &query)]).await;
+    assert!(out.contains("credential_exfiltration"), "{out}");
+    assert!(h.seen["h2open.test"].lock().unwrap().requests.is_empty());
+    assert!(!out.contains("ghp_the_real_secret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_http2_bodies_arrive_whole_both_ways() {
+    // With a credential every TLS host is intercepted.
+    let h = harness(true).await;
+    let len = 3 * 1024 * 1024 + 17;
+    let upload = h._dir.path().join("upload");
+    std::fs::write(&upload, big_body(2 * 1024 * 1024 + 5)).unwrap();
+    let data = format!("@{}", upload.display());
+    let (code, out) = curl_h2(
+        &h,
+        &[
+            &url(&h, "https", "h2open.test", &format!("/big/{len}")),
+            "--data-binary",
+            &data,
+            &url(&h, "https", "h2open.test", "/after"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{}", &out[out.len().saturating_sub(300)..]);
+    let body = big_body(len);
+    assert!(out.starts_with(&body), "the large body differs");
+    assert!(
+        out.ends_with("hello from h2open.test\n\n200 2\n"),
+        "{}",
+        &out[body.len()..]
+    );
+    let seen = h.seen["h2open.test"].lock().unwrap().requests.clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen[1].starts_with("POST /after HTTP/2") && seen[1].ends_with("(body 2097157 bytes)"),
+        "{seen:?}"
+    );
 }
