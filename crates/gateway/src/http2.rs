@@ -15,9 +15,10 @@
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
-use capgate_policy::{HttpRequest, Method, Reason, Verdict};
+use capgate_policy::{HttpRequest, Method, Reason, Target, Verdict};
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -121,7 +122,7 @@ pub(crate) async fn serve<C>(
 }
 
 impl Tunnel {
-    /// One stream: judged, then relayed (or answered here with the reason).
+    /// One stream: judged, then relayed, or answered here with the reason.
     async fn stream(&self, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let (parts, body) = request.into_parts();
         let method = parts.method.as_str().to_owned();
@@ -131,6 +132,52 @@ impl Tunnel {
             .map_or("/", |p| p.as_str())
             .to_owned();
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
+        let Some(target) = target_of(&self.host) else {
+            return;
+        };
+        let host = target_name(&target);
+        let request = HttpRequest {
+            method: Method::parse(&method).unwrap_or(Method::Any),
+            path: path.clone(),
+        };
+        let what = Some((method.as_str(), path.as_str()));
+        match self.prepare(parts, &target, &host, request, &path_and_query) {
+            Ok((forward, verdict)) => {
+                let bytes = match self.relay(forward, body, &mut respond).await {
+                    Ok(bytes) => bytes,
+                    Err(message) => {
+                        let text = format!(
+                            "capgate lost {}:{} during the request: {message}\n",
+                            self.host, self.port
+                        );
+                        answer(&mut respond, 502, Reason::InvalidTarget, &text);
+                        (0, 0)
+                    }
+                };
+                self.gw
+                    .audit_verdict(&host, self.port, &verdict, what, bytes);
+            }
+            Err((status, verdict, text)) => {
+                answer(&mut respond, status, verdict.reason, &text);
+                self.gw
+                    .audit_verdict(&host, self.port, &verdict, what, (0, 0));
+                // A request body still on its way is read and dropped, so the stream
+                // ends cleanly instead of being reset under the client's answer.
+                drain(body, self.gw.limits().idle_timeout).await;
+            }
+        }
+    }
+
+    /// Judges a stream and builds the request to forward with the verdict that allowed it,
+    /// or the refusal: its status, verdict and text.
+    fn prepare(
+        &self,
+        parts: http::request::Parts,
+        target: &Target,
+        host: &str,
+        request: HttpRequest,
+        path_and_query: &str,
+    ) -> Result<(Request<()>, Verdict), (u16, Verdict, String)> {
         let names_tunnel_host = |authority: &str| {
             split_authority(authority, self.port)
                 .is_some_and(|(h, p)| h.eq_ignore_ascii_case(&self.host) && p == self.port)
@@ -144,26 +191,14 @@ impl Tunnel {
             .get_all(http::header::HOST)
             .iter()
             .all(|v| v.to_str().is_ok_and(names_tunnel_host));
-        let Some(target) = target_of(&self.host) else {
-            return;
-        };
-        let host = target_name(&target);
         if parts.method == http::Method::CONNECT || !authority_ok || !host_ok {
-            let verdict = Verdict::refused(
-                Reason::MalformedRequest,
-                "inside a tunnel, every stream goes to the CONNECT host",
-            );
-            answer(
-                &mut respond,
+            let message = "inside a tunnel, every stream goes to the CONNECT host (its :authority and Host name it)";
+            return Err((
                 400,
-                Reason::MalformedRequest,
-                "capgate: inside a tunnel, every stream goes to the CONNECT host (its :authority and Host name it)\n",
-            );
-            self.gw
-                .audit_verdict(&host, self.port, &verdict, Some((&method, &path)), (0, 0));
-            return;
+                Verdict::refused(Reason::MalformedRequest, message),
+                format!("capgate: {message}\nreason: malformed_request\n"),
+            ));
         }
-
         let mut headers: Vec<Header> = parts
             .headers
             .iter()
@@ -173,32 +208,20 @@ impl Tunnel {
             })
             .map(|(name, value)| Header::new(name.as_str(), value.as_bytes()))
             .collect();
-        let request = HttpRequest {
-            method: Method::parse(&method).unwrap_or(Method::Any),
-            path: path.clone(),
-        };
+        let what = format!("{} {host}{}", parts.method, request.path);
         let verdict = self.gw.judge(
-            &target,
-            &host,
+            target,
+            host,
             self.port,
             request,
-            &path_and_query,
+            path_and_query,
             &mut headers,
             true,
         );
         if !verdict.is_allowed() {
-            let what = format!("{method} {host}{path}");
-            answer(
-                &mut respond,
-                403,
-                verdict.reason,
-                &respond::refusal_body(&verdict, self.gw.sandbox(), &what),
-            );
-            self.gw
-                .audit_verdict(&host, self.port, &verdict, Some((&method, &path)), (0, 0));
-            return;
+            let text = respond::refusal_body(&verdict, self.gw.sandbox(), &what);
+            return Err((403, verdict, text));
         }
-
         let authority = if self.port == 443 {
             self.host.clone()
         } else {
@@ -208,45 +231,18 @@ impl Tunnel {
             .method(parts.method)
             .uri(format!("https://{authority}{path_and_query}"))
             .version(http::Version::HTTP_2);
-        let Some(map) = forward.headers_mut() else {
-            return;
+        let built = match forward.headers_mut() {
+            Some(map) => fill(map, &headers).and_then(|()| forward.body(()).map_err(drop)),
+            None => Err(()),
         };
-        if fill(map, &headers).is_err() {
-            answer(
-                &mut respond,
+        built.map(|forward| (forward, verdict)).map_err(|()| {
+            let message = "the request cannot be forwarded as written";
+            (
                 400,
-                Reason::MalformedRequest,
-                "capgate: the request cannot be forwarded as written\n",
-            );
-            return;
-        }
-        let Ok(forward) = forward.body(()) else {
-            answer(
-                &mut respond,
-                400,
-                Reason::MalformedRequest,
-                "capgate: the request cannot be forwarded as written\n",
-            );
-            return;
-        };
-        let (bytes_up, bytes_down) = match self.relay(forward, body, &mut respond).await {
-            Ok(bytes) => bytes,
-            Err(message) => {
-                let body = format!(
-                    "capgate lost {}:{} during the request: {message}\n",
-                    self.host, self.port
-                );
-                answer(&mut respond, 502, Reason::InvalidTarget, &body);
-                (0, 0)
-            }
-        };
-        self.gw.audit_verdict(
-            &host,
-            self.port,
-            &verdict,
-            Some((&method, &path)),
-            (bytes_up, bytes_down),
-        );
+                Verdict::refused(Reason::MalformedRequest, message),
+                format!("capgate: {message}\nreason: malformed_request\n"),
+            )
+        })
     }
 
     /// Sends the request upstream and the response back; returns the body bytes each way.
@@ -258,6 +254,7 @@ impl Tunnel {
         body: RecvStream,
         respond: &mut SendResponse<Bytes>,
     ) -> Result<(u64, u64), String> {
+        let idle = self.gw.limits().idle_timeout;
         let mut upstream = self
             .upstream
             .clone()
@@ -268,7 +265,7 @@ impl Tunnel {
         let (response, send) = upstream
             .send_request(forward, end_of_request)
             .map_err(|e| e.to_string())?;
-        let upload = (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false)));
+        let upload = (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle)));
         let response = response.await.map_err(|e| e.to_string())?;
         let (parts, down) = response.into_parts();
         let mut head = Response::builder().status(parts.status);
@@ -289,7 +286,7 @@ impl Tunnel {
         } else {
             // The head is out: a failure now can only reset the stream, which dropping
             // `send` unfinished does.
-            pipe_body(down, send, true).await.unwrap_or(0)
+            pipe_body(down, send, true, idle).await.unwrap_or(0)
         };
         let bytes_up = match upload {
             Some(task) => task.await.ok().and_then(Result::ok).unwrap_or(0),
@@ -312,19 +309,25 @@ fn fill(map: &mut HeaderMap, from: &[Header]) -> Result<(), ()> {
 /// Moves a body from one stream to another within the receiver's flow-control window,
 /// releasing the sender's window only as bytes leave (so a slow reader slows the writer,
 /// and nothing piles up here). Trailers are relayed when `trailers` is set, else dropped.
-/// Returns the body bytes moved.
+/// A side that moves nothing for `idle` cancels the stream (slowloris on bodies). Returns
+/// the body bytes moved.
 async fn pipe_body(
     mut from: RecvStream,
     mut to: SendStream<Bytes>,
     trailers: bool,
+    idle: Duration,
 ) -> Result<u64, h2::Error> {
+    let stalled = || h2::Error::from(h2::Reason::CANCEL);
     let mut total = 0u64;
-    while let Some(chunk) = from.data().await {
+    while let Some(chunk) = timeout(idle, from.data()).await.map_err(|_| stalled())? {
         let mut chunk = chunk?;
         let len = chunk.len();
         while !chunk.is_empty() {
             to.reserve_capacity(chunk.len());
-            let granted = match poll_fn(|cx| to.poll_capacity(cx)).await {
+            let granted = match timeout(idle, poll_fn(|cx| to.poll_capacity(cx)))
+                .await
+                .map_err(|_| stalled())?
+            {
                 Some(granted) => granted?,
                 None => return Err(h2::Error::from(h2::Reason::CANCEL)),
             };
@@ -336,11 +339,29 @@ async fn pipe_body(
         from.flow_control().release_capacity(len)?;
         total += len as u64;
     }
-    match from.trailers().await? {
+    match timeout(idle, from.trailers())
+        .await
+        .map_err(|_| stalled())??
+    {
         Some(fields) if trailers => to.send_trailers(fields)?,
         _ => to.send_data(Bytes::new(), true)?,
     }
     Ok(total)
+}
+
+/// Reads and drops what is left of a refused request's body: at most 1 MiB, each part
+/// within `idle`. A larger or slower body is left to the stream's reset.
+async fn drain(mut body: RecvStream, idle: Duration) {
+    let mut left = 1usize << 20;
+    while left > 0 {
+        match timeout(idle, body.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                left = left.saturating_sub(chunk.len());
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Answers a stream here: `status`, the reason header, and a text body.

@@ -17,3 +17,4 @@ pub mod proxy;
 pub mod respond;
 pub mod socks;
 mod splice;
+mod stall;

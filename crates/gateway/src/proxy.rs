@@ -29,6 +29,7 @@ use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
 use crate::broker::Broker;
 use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
 use crate::respond;
+use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
 
 /// The grant phase the gateway enforces; the runner switches it from install to runtime
@@ -966,28 +967,58 @@ impl Gateway {
                 .await?;
             return Ok(false);
         }
+        let idle = self.cfg().limits.idle_timeout;
         let sent = async {
-            up.stream.write_all(&out).await?;
+            stall::writing(idle, up.stream.write_all(&out)).await?;
             relay_body(
                 head.framing,
                 client,
                 buf,
                 &mut up.stream,
                 &self.cfg().limits.h1,
+                idle,
             )
             .await
         }
         .await;
         let bytes_up = match sent {
             Ok(n) => n + out.len() as u64,
-            Err(_) => {
+            Err(e) => {
                 *upstream = None;
-                let body = format!(
-                    "capgate lost the connection to {host}:{port} while sending the request\n"
-                );
-                client
-                    .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
-                    .await?;
+                let (status, reason, body) = match Stall::of(&e) {
+                    Some(Stall::Source) => (
+                        408,
+                        Reason::LimitExceeded,
+                        format!(
+                            "capgate closed the connection: the request body stopped arriving for {} s\nreason: limit_exceeded\n",
+                            idle.as_secs()
+                        ),
+                    ),
+                    Some(Stall::Sink) => (
+                        504,
+                        Reason::LimitExceeded,
+                        format!(
+                            "capgate closed the connection: {host}:{port} took none of the request body for {} s\nreason: limit_exceeded\n",
+                            idle.as_secs()
+                        ),
+                    ),
+                    None => (
+                        502,
+                        Reason::InvalidTarget,
+                        format!(
+                            "capgate lost the connection to {host}:{port} while sending the request\n"
+                        ),
+                    ),
+                };
+                if reason == Reason::LimitExceeded {
+                    let v = Verdict::refused(reason, e.to_string());
+                    self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
+                }
+                let _ = stall::writing(
+                    idle,
+                    client.write_all(&respond::plain(status, reason, &body, true)),
+                )
+                .await;
                 return Ok(false);
             }
         };
@@ -1058,9 +1089,9 @@ impl Gateway {
         }
         let down = match response.framing {
             Framing::Length(n) if n > SPLICE_MIN => {
-                relay_length(n, &mut out, up, client, &self.cfg().limits.h1).await
+                relay_length(n, &mut out, up, client, &self.cfg().limits.h1, idle).await
             }
-            framing => match client.write_all(&out).await {
+            framing => match stall::writing(idle, client.write_all(&out)).await {
                 Ok(()) => {
                     relay_body(
                         framing,
@@ -1068,6 +1099,7 @@ impl Gateway {
                         &mut up.buf,
                         client,
                         &self.cfg().limits.h1,
+                        idle,
                     )
                     .await
                 }
@@ -1076,8 +1108,24 @@ impl Gateway {
         };
         let bytes_down = match down {
             Ok(n) => n + out.len() as u64,
-            Err(_) => {
+            Err(e) => {
+                // The head is out: the only answer left is closing. A stall is recorded
+                // as the limit it hit; any other failure under the request's verdict.
                 *upstream = None;
+                let v = match Stall::of(&e) {
+                    Some(stall) => Verdict::refused(
+                        Reason::LimitExceeded,
+                        format!("response body from {host}:{port}: {stall}"),
+                    ),
+                    None => verdict,
+                };
+                self.audit_verdict(
+                    &host,
+                    port,
+                    &v,
+                    Some((&head.method, &path)),
+                    (bytes_up, out.len() as u64),
+                );
                 return Ok(false);
             }
         };
@@ -1187,27 +1235,29 @@ async fn relay_length<C: Io>(
     up: &mut Upstream,
     client: &mut C,
     limits: &h1::Limits,
+    idle: Duration,
 ) -> std::io::Result<u64> {
     let (Some(src), Some(dst)) = (up.stream.plain_tcp(), client.plain_tcp()) else {
-        client.write_all(head).await?;
+        stall::writing(idle, client.write_all(head)).await?;
         return relay_body(
             Framing::Length(n),
             &mut up.stream,
             &mut up.buf,
             client,
             limits,
+            idle,
         )
         .await;
     };
     let take = usize::try_from(n).unwrap_or(usize::MAX).min(up.buf.len());
     head.extend(up.buf.drain(..take));
-    dst.write_all(head).await?;
+    stall::writing(idle, dst.write_all(head)).await?;
     head.truncate(head.len() - take);
     let pipe = match &mut up.pipe {
         Some(pipe) => pipe,
         empty => empty.insert(crate::splice::Pipe::new()?),
     };
-    pipe.tcp_to_tcp(src, dst, n - take as u64).await?;
+    pipe.tcp_to_tcp(src, dst, n - take as u64, idle).await?;
     Ok(n)
 }
 
@@ -1223,13 +1273,15 @@ async fn read_more<R: AsyncRead + Unpin + ?Sized>(
 }
 
 /// Copies a message body from `src` (whose already-read bytes are in `pending`) to `dst`,
-/// re-chunking chunked bodies. Returns the payload bytes relayed.
+/// re-chunking chunked bodies. Returns the payload bytes relayed. A read or a write that
+/// makes no progress for `idle` fails with a [`Stall`] naming the side that stalled.
 async fn relay_body<R, W>(
     framing: Framing,
     src: &mut R,
     pending: &mut Vec<u8>,
     dst: &mut W,
     limits: &h1::Limits,
+    idle: Duration,
 ) -> std::io::Result<u64>
 where
     R: AsyncRead + Unpin + ?Sized,
@@ -1243,7 +1295,7 @@ where
                 .unwrap_or(usize::MAX)
                 .min(pending.len());
             if take > 0 {
-                dst.write_all(&pending[..take]).await?;
+                stall::writing(idle, dst.write_all(&pending[..take])).await?;
                 pending.drain(..take);
                 left -= take as u64;
             }
@@ -1255,14 +1307,14 @@ where
             };
             while left > 0 {
                 let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk.len());
-                let got = src.read(&mut chunk[..want]).await?;
+                let got = stall::reading(idle, src.read(&mut chunk[..want])).await?;
                 if got == 0 {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "body ended early",
                     ));
                 }
-                dst.write_all(&chunk[..got]).await?;
+                stall::writing(idle, dst.write_all(&chunk[..got])).await?;
                 left -= got as u64;
             }
             Ok(n)
@@ -1281,16 +1333,16 @@ where
                 if !payload.is_empty() {
                     encoded.clear();
                     h1::write_chunk(&payload, &mut encoded);
-                    dst.write_all(&encoded).await?;
+                    stall::writing(idle, dst.write_all(&encoded)).await?;
                     total += payload.len() as u64;
                 }
                 if finished {
                     encoded.clear();
                     h1::write_last_chunk(&mut encoded);
-                    dst.write_all(&encoded).await?;
+                    stall::writing(idle, dst.write_all(&encoded)).await?;
                     return Ok(total);
                 }
-                if consumed == 0 && read_more(src, pending).await? == 0 {
+                if consumed == 0 && stall::reading(idle, read_more(src, pending)).await? == 0 {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "chunked body ended early",
@@ -1300,10 +1352,17 @@ where
         }
         Framing::CloseDelimited => {
             let mut total = pending.len() as u64;
-            dst.write_all(pending).await?;
+            stall::writing(idle, dst.write_all(pending)).await?;
             pending.clear();
-            total += tokio::io::copy(src, dst).await?;
-            Ok(total)
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let got = stall::reading(idle, src.read(&mut chunk)).await?;
+                if got == 0 {
+                    return Ok(total);
+                }
+                stall::writing(idle, dst.write_all(&chunk[..got])).await?;
+                total += got as u64;
+            }
         }
     }
 }

@@ -8,10 +8,13 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+
+use crate::stall;
 
 /// How much the pipe holds (and so how much one splice moves); the kernel may round it or
 /// refuse to grow the pipe, which only makes the steps smaller.
@@ -36,19 +39,20 @@ impl Pipe {
     }
 
     /// Moves exactly `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src`
-    /// ends first.
+    /// ends first, and with a [`stall::Stall`] when either side makes no progress for `idle`.
     pub(crate) async fn tcp_to_tcp(
         &mut self,
         src: &TcpStream,
         dst: &TcpStream,
         len: u64,
+        idle: Duration,
     ) -> io::Result<()> {
         let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
         let mut left = len;
         while left > 0 {
             let want = usize::try_from(left).unwrap_or(usize::MAX).min(self.step);
             let filled = loop {
-                src.readable().await?;
+                stall::reading(idle, src.readable()).await?;
                 match src.try_io(Interest::READABLE, || {
                     Ok(rustix::pipe::splice(
                         src,
@@ -73,7 +77,7 @@ impl Pipe {
             left -= filled as u64;
             let mut in_pipe = filled;
             while in_pipe > 0 {
-                dst.writable().await?;
+                stall::writing(idle, dst.writable()).await?;
                 match dst.try_io(Interest::WRITABLE, || {
                     Ok(rustix::pipe::splice(
                         &self.read, None, dst, None, in_pipe, flags,
@@ -96,6 +100,8 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    const IDLE: Duration = Duration::from_secs(30);
 
     /// A connected pair of loopback sockets.
     async fn pair() -> (TcpStream, TcpStream) {
@@ -126,7 +132,9 @@ mod tests {
             got
         });
         let mut pipe = Pipe::new().unwrap();
-        pipe.tcp_to_tcp(&up_near, &down_near, len).await.unwrap();
+        pipe.tcp_to_tcp(&up_near, &down_near, len, IDLE)
+            .await
+            .unwrap();
         let _keep = writer.await.unwrap();
         assert_eq!(reader.await.unwrap(), pattern(3 * 1024 * 1024 + 17));
         // The bytes after the body are still on the source socket, unread.
@@ -154,7 +162,7 @@ mod tests {
         });
         let mut pipe = Pipe::new().unwrap();
         for n in sizes {
-            pipe.tcp_to_tcp(&up_near, &down_near, n as u64)
+            pipe.tcp_to_tcp(&up_near, &down_near, n as u64, IDLE)
                 .await
                 .unwrap();
         }
@@ -174,7 +182,7 @@ mod tests {
         drop(up_far);
         let err = Pipe::new()
             .unwrap()
-            .tcp_to_tcp(&up_near, &down_near, 5000)
+            .tcp_to_tcp(&up_near, &down_near, 5000, IDLE)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);

@@ -17,8 +17,9 @@ use capgate_gateway::broker::Broker;
 use capgate_gateway::proxy::{Gateway, GatewayConfig, Limits, PhaseSwitch, PolicyView};
 use capgate_gateway::secrets::Secret;
 use capgate_gateway::tls::{CertificateAuthority, install_crypto_provider, upstream_client_config};
-use capgate_policy::store::NewRule;
-use capgate_policy::{Decision, Matcher, Method, Phase, Protocol, Rule, Scope};
+use capgate_policy::audit::{AuditEvent, AuditWriter, LogQuery};
+use capgate_policy::store::{NewRule, Store};
+use capgate_policy::{Decision, Matcher, Method, Phase, Protocol, Reason, Rule, Scope};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -87,7 +88,18 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 .nth(1)
                 .and_then(|target| target.rsplit_once("/big/"))
                 .and_then(|(_, n)| n.parse::<usize>().ok());
+            // `GET /stall/N` announces N bytes, sends 10 and then nothing.
+            let stall = head
+                .split(' ')
+                .nth(1)
+                .and_then(|target| target.rsplit_once("/stall/"))
+                .and_then(|(_, n)| n.parse::<usize>().ok());
             seen.lock().unwrap().requests.push(head);
+            if let Some(n) = stall {
+                let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n0123456789");
+                let _ = s.write_all(resp.as_bytes()).await;
+                std::future::pending::<()>().await;
+            }
             let body = match big {
                 Some(n) => big_body(n),
                 None => format!("hello from {name}\n"),
@@ -163,6 +175,8 @@ fn big_body(len: usize) -> String {
 
 struct Harness {
     _dir: tempfile::TempDir,
+    audit: Arc<AuditWriter>,
+    store: std::path::PathBuf,
     proxy: SocketAddr,
     socks: SocketAddr,
     ca_pem: std::path::PathBuf,
@@ -208,11 +222,11 @@ fn rule(
 /// h2open.test allowed; api.test and h2.test only `GET /repos/**`; `denied.test` allowed
 /// but also denied; other.test allowed. The credential is injected on api.test and h2.test.
 async fn harness(with_credential: bool) -> Harness {
-    harness_with(with_credential, false).await
+    harness_with(with_credential, false, Limits::default()).await
 }
 
 /// `allow_everything` adds a `**` allow, to show what the address guard refuses on its own.
-async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness {
+async fn harness_with(with_credential: bool, allow_everything: bool, limits: Limits) -> Harness {
     install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     // The upstreams' own CA, which only the gateway trusts.
@@ -306,6 +320,8 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
     } else {
         Broker::default()
     };
+    let store = dir.path().join("policy.db");
+    let audit = Arc::new(AuditWriter::spawn(&store).unwrap());
     let cfg = GatewayConfig {
         sandbox: "t".into(),
         policy: Arc::new(PolicyView::new(Matcher::compile(&rules))),
@@ -315,8 +331,8 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
         ca: Some(CertificateAuthority::load_or_create(&dir.path().join("ca")).unwrap()),
         upstream_tls: upstream_client_config(Some(up_ca.cert_pem().as_bytes())).unwrap(),
         broker,
-        audit: None,
-        limits: Limits::default(),
+        audit: Some(Arc::clone(&audit)),
+        limits,
     };
     // What curl trusts: the capgate CA (intercepted hosts) and the upstreams' CA (hosts
     // tunnelled opaquely), as a sandbox trusts capgate's CA beside the public roots.
@@ -333,6 +349,8 @@ async fn harness_with(with_credential: bool, allow_everything: bool) -> Harness 
     tokio::spawn(async move { gw2.serve_socks(socks_listener).await });
     Harness {
         _dir: dir,
+        audit,
+        store,
         proxy,
         socks,
         ca_pem,
@@ -629,7 +647,7 @@ async fn ambiguous_framing_is_400_and_never_forwarded() {
 async fn blocked_addresses_are_never_dialled() {
     // Allowed by a `**` rule, yet every spelling of a blocked address is refused by the
     // address guard; a name mapped onto loopback on purpose (`--dangerously-resolve`) passes.
-    let h = harness_with(false, true).await;
+    let h = harness_with(false, true, Limits::default()).await;
     let port = h.ports["plain.test"];
     for target in [
         "127.0.0.1",
@@ -926,5 +944,152 @@ async fn large_http2_bodies_arrive_whole_both_ways() {
     assert!(
         seen[1].starts_with("POST /after HTTP/2") && seen[1].ends_with("(body 2097157 bytes)"),
         "{seen:?}"
+    );
+}
+
+/// Limits short enough to hit in a test.
+fn short_limits() -> Limits {
+    Limits {
+        head_timeout: std::time::Duration::from_secs(1),
+        idle_timeout: std::time::Duration::from_secs(1),
+        max_connections: 3,
+        ..Limits::default()
+    }
+}
+
+/// The audit events recorded so far.
+fn recorded(h: &Harness) -> Vec<AuditEvent> {
+    h.audit.flush().unwrap();
+    let store = Store::open(&h.store).unwrap();
+    capgate_policy::audit::events(&store, &LogQuery::default()).unwrap()
+}
+
+/// Sends `bytes` to the proxy on a fresh connection and returns everything it answers
+/// until it closes (or 10 s pass).
+async fn raw_exchange(h: &Harness, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("the gateway closes the connection");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_stops_arriving_is_answered_408_and_recorded() {
+    let h = harness_with(false, false, short_limits()).await;
+    let port = h.ports["plain.test"];
+    // A head that never ends.
+    let partial = format!("GET http://plain.test:{port}/a HTTP/1.1\r\nHost: plain.test:{port}\r\n");
+    let out = raw_exchange(&h, partial.as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 408") && out.contains("X-Capgate-Reason: limit_exceeded"),
+        "{out}"
+    );
+    // A body that stops after 10 of its 100 bytes: 408, and the upstream connection is
+    // dropped (it would otherwise wait for 90 bytes forever).
+    let stalled = format!(
+        "POST http://plain.test:{port}/upload HTTP/1.1\r\nHost: plain.test:{port}\r\nContent-Length: 100\r\n\r\n0123456789"
+    );
+    let out = raw_exchange(&h, stalled.as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 408")
+            && out.contains("X-Capgate-Reason: limit_exceeded")
+            && out.contains("the request body stopped arriving"),
+        "{out}"
+    );
+    // The twin: the whole body, in time.
+    let whole = format!(
+        "POST http://plain.test:{port}/upload HTTP/1.1\r\nHost: plain.test:{port}\r\nContent-Length: 10\r\nConnection: close\r\n\r\n0123456789"
+    );
+    let out = raw_exchange(&h, whole.as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 200") && out.contains("hello from plain.test"),
+        "{out}"
+    );
+
+    let events = recorded(&h);
+    let limits: Vec<&AuditEvent> = events
+        .iter()
+        .filter(|e| e.reason == Reason::LimitExceeded)
+        .collect();
+    assert_eq!(limits.len(), 2, "{events:?}");
+    assert!(
+        limits
+            .iter()
+            .any(|e| e.method.as_deref() == Some("POST") && e.path.as_deref() == Some("/upload")),
+        "{limits:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_that_stalls_ends_the_exchange_and_is_recorded() {
+    let h = harness_with(false, false, short_limits()).await;
+    // 100 bytes announced (copied through user space) and 1 MB announced (spliced): 10
+    // arrive, then nothing. The client sees the connection close short of the body.
+    for n in [100, 1_000_000] {
+        let (code, out) = curl(
+            &h,
+            &[&url(&h, "http", "plain.test", &format!("/stall/{n}"))],
+        )
+        .await;
+        assert_eq!(
+            code, 18,
+            "curl: transfer closed with outstanding read data: {out}"
+        );
+        assert!(out.starts_with("0123456789"), "{out}");
+    }
+    let (code, out) = curl(&h, &[&url(&h, "http", "plain.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    let events = recorded(&h);
+    let stalls = events
+        .iter()
+        .filter(|e| {
+            e.reason == Reason::LimitExceeded
+                && e.path.as_deref().is_some_and(|p| p.starts_with("/stall/"))
+        })
+        .count();
+    assert_eq!(stalls, 2, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_sandbox_limit_get_503() {
+    let h = harness_with(
+        false,
+        false,
+        Limits {
+            max_connections: 2,
+            ..Limits::default()
+        },
+    )
+    .await;
+    let first = TcpStream::connect(h.proxy).await.unwrap();
+    let _second = TcpStream::connect(h.proxy).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let out = raw_exchange(&h, b"").await;
+    assert!(
+        out.starts_with("HTTP/1.1 503") && out.contains("X-Capgate-Reason: limit_exceeded"),
+        "{out}"
+    );
+    // The twin: once a connection closes, a new one is served.
+    drop(first);
+    let port = h.ports["plain.test"];
+    let request = format!(
+        "GET http://plain.test:{port}/x HTTP/1.1\r\nHost: plain.test:{port}\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = String::new();
+    for _ in 0..50 {
+        out = raw_exchange(&h, request.as_bytes()).await;
+        if out.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        recorded(&h)
+            .iter()
+            .any(|e| e.reason == Reason::LimitExceeded)
     );
 }
