@@ -64,9 +64,14 @@ def marks(events):
           and "subgid" not in s and "passwd" not in s and "nsswitch" not in s and "group" not in s,
           after=m.get("spec_decoded"))
     first("clone_ns", helper, "clone", lambda s: "CLONE_NEWUSER" in s)
+    # Joining the cgroup: on v1 the init writes 0 to `tasks` itself; on v2 the helper
+    # writes the init's pid to `cgroup.procs`.
+    first("attach", init, "openat", lambda s: s.split(",")[1].strip().endswith('/tasks"')
+          and "O_WRONLY" in s)
     first("attach", helper, "openat", lambda s: "cgroup.procs" in s and "O_WRONLY" in s,
           after=m.get("clone_ns"))
-    first("init_start", init, "openat")
+    first("init_start", init, "openat", lambda s: not s.split(",")[1].strip().endswith('/tasks"'),
+          after=m.get("attach"))
     first("pivot", init, "pivot_root")
     first("ready", init, "sendmsg", lambda s: "Ready" in s)
     first("run_sent", main, "sendmsg", lambda s: '{\\"Run\\"' in s)
@@ -96,8 +101,8 @@ PHASES = [
     ("helper_exec", "spec_decoded", "helper: loader + receive and decode the JSON spec"),
     ("spec_decoded", "cgroup_done", "helper: id maps, state dirs, cgroup v1 create + pids.max"),
     ("cgroup_done", "clone_ns", "helper: HostView::read (/etc walk, /dev, /proc)"),
-    ("clone_ns", "attach", "clone(NEWUSER|NS|PID|NET|IPC|UTS) + setgroups, uid/gid maps"),
-    ("attach", "init_start", "cgroup v1 attach (write cgroup.procs) + release + root tmpfs, binds"),
+    ("clone_ns", "attach", "clone(NEWUSER|NS|PID|NET|IPC|UTS) + setgroups, uid/gid maps, release"),
+    ("attach", "init_start", "cgroup join (v1: the init, 0 to tasks; v2: cgroup.procs) + root tmpfs, binds"),
     ("init_start", "pivot", "init: /etc copy (files, ~400 symlinks), /dev, /proc, pivot_root"),
     ("pivot", "ready", "init: loopback, listeners, caps, Landlock (+probe fork), seccomp"),
     ("ready", "run_sent", "caller: tokio runtime + listeners, Run request"),

@@ -204,11 +204,17 @@ pub(crate) enum Op {
     WriteSwap { file: PathBuf, value: String },
 }
 
-/// The ops for a sandbox, and the directories to put the init into (`cgroup.procs`).
+/// The ops for a sandbox, and the directories to put the init into.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Plan {
     pub ops: Vec<Op>,
+    /// Every cgroup of the sandbox.
     pub dirs: Vec<PathBuf>,
+    /// Those in v1 hierarchies: the init joins them itself, writing `0` to `tasks`. A
+    /// single thread moving itself skips the kernel's global threadgroup lock, whose RCU
+    /// grace period made the helper's `cgroup.procs` write take ~10 ms per start. The
+    /// others (v2) get the init added by pid through `cgroup.procs`.
+    pub v1: Vec<PathBuf>,
     /// Limits that could not be applied (only with `skip_unavailable`).
     pub warnings: Vec<String>,
 }
@@ -296,6 +302,9 @@ pub(crate) fn plan(
         if !out.dirs.contains(&dir) {
             out.ops.push(Op::Create(dir.clone()));
             out.dirs.push(dir.clone());
+            if home.version == Version::V1 {
+                out.v1.push(dir.clone());
+            }
         }
         for (file, value) in files {
             let path = dir.join(file);

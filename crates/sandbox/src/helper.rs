@@ -330,15 +330,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
     let pid = match sys::clone_into_namespaces(flags) {
         Ok(Forked::Child) => {
             drop(release_w);
-            init_main(
-                ctl,
-                release_r,
-                spec,
-                &host,
-                &root,
-                cg.dirs.clone(),
-                cg.warnings.clone(),
-            )
+            init_main(ctl, release_r, spec, &host, &root, &cg)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
@@ -350,7 +342,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
     drop(release_r);
     if let Err(e) = apply_all(
         &mut k,
-        &plan::helper_effects_after_clone(pid.as_raw(), &maps, &cg.dirs),
+        &plan::helper_effects_after_clone(pid.as_raw(), &maps, &cg),
     ) {
         let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
@@ -421,16 +413,16 @@ fn init_main(
     spec: &SandboxSpec,
     host: &HostView,
     root: &Path,
-    cgroups: Vec<PathBuf>,
-    mut warnings: Vec<String>,
+    cgroups: &cgroup::Plan,
 ) -> ! {
+    let mut warnings = cgroups.warnings.clone();
     let mut k = Linux {
         release: Some(release),
         ..Linux::default()
     };
     let mut listeners: Vec<OwnedFd> = Vec::new();
     let mut landlock = None;
-    for (step, effect) in plan::init_effects(spec, host, root) {
+    for (step, effect) in plan::init_effects(spec, host, root, &cgroups.v1) {
         match k.apply(&effect) {
             Ok(Applied::Listener(fd)) => listeners.push(fd),
             Ok(Applied::Landlock(r)) => landlock = Some(r),
@@ -450,7 +442,7 @@ fn init_main(
     warnings.extend(landlock_warnings(&landlock));
     let report = StartReport {
         landlock,
-        cgroups,
+        cgroups: cgroups.dirs.clone(),
         warnings,
     };
     if proto::send(

@@ -45,6 +45,8 @@ pub(crate) enum Effect {
     CgroupWrite { file: PathBuf, value: String },
     /// Add a process to a cgroup (`cgroup.procs`).
     CgroupAddProcess { dir: PathBuf, pid: i32 },
+    /// The calling (single-threaded) process joins a v1 cgroup: `0` to its `tasks`.
+    CgroupJoinSelf(PathBuf),
     /// Remove a cgroup directory.
     CgroupRemove(PathBuf),
     /// `echo deny > /proc/<pid>/setgroups`.
@@ -59,7 +61,8 @@ pub(crate) enum Effect {
     // ---- the sandbox's init ----
     /// `PR_SET_PDEATHSIG(SIGKILL)`: the init dies with the helper.
     SetParentDeathSignal,
-    /// Block until the helper has written the id maps and joined the cgroups.
+    /// Block until the helper has written the id maps (and added the init to any v2
+    /// cgroups).
     AwaitRelease,
     /// `setresgid(g,g,g)` then `setresuid(u,u,u)` (inside ids).
     SetIds { uid: u32, gid: u32 },

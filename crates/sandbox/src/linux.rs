@@ -313,6 +313,10 @@ impl Kernel for Linux {
                 let file = dir.join("cgroup.procs");
                 std::fs::write(&file, pid.to_string()).map_err(|e| with_path(e, "write", &file))?;
             }
+            Effect::CgroupJoinSelf(dir) => {
+                let file = dir.join("tasks");
+                std::fs::write(&file, "0").map_err(|e| with_path(e, "write", &file))?;
+            }
             Effect::CgroupRemove(dir) => {
                 std::fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir", dir))?;
             }

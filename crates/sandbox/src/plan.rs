@@ -273,6 +273,7 @@ pub(crate) fn init_effects(
     spec: &SandboxSpec,
     host: &HostView,
     root: &Path,
+    v1_cgroups: &[PathBuf],
 ) -> Vec<(Step, Effect)> {
     let mut out: Vec<(Step, Effect)> = Vec::new();
     let r = |p: &str| inside(root, p);
@@ -281,6 +282,11 @@ pub(crate) fn init_effects(
     // Ids and identity first: nothing is mounted before the maps exist (AwaitRelease).
     out.push((Step::Namespaces, Effect::SetParentDeathSignal));
     out.push((Step::IdMap, Effect::AwaitRelease));
+    // Into the v1 cgroups before anything else: every process of the sandbox descends
+    // from the init, after this.
+    for dir in v1_cgroups {
+        out.push((Step::Cgroup, Effect::CgroupJoinSelf(dir.clone())));
+    }
     out.push((Step::IdMap, Effect::SetIds { uid: 0, gid: 0 }));
     // Changing ids resets the parent-death signal: set it again (the lifeline pipe covers
     // the helper dying in between).
@@ -573,7 +579,7 @@ pub(crate) fn landlock_rules(spec: &SandboxSpec) -> LandlockRules {
 pub(crate) fn helper_effects_after_clone(
     pid: i32,
     maps: &IdMaps,
-    cgroup_dirs: &[PathBuf],
+    cgroups: &cgroup::Plan,
 ) -> Vec<(Step, Effect)> {
     let mut out = vec![(Step::IdMap, Effect::DenySetgroups { pid })];
     for (kind, ranges) in [(IdKind::Uid, &maps.uid), (IdKind::Gid, &maps.gid)] {
@@ -587,7 +593,7 @@ pub(crate) fn helper_effects_after_clone(
             },
         ));
     }
-    for dir in cgroup_dirs {
+    for dir in cgroups.dirs.iter().filter(|d| !cgroups.v1.contains(d)) {
         out.push((
             Step::Cgroup,
             Effect::CgroupAddProcess {
@@ -751,22 +757,35 @@ mod tests {
 
     /// Runs the whole start choreography (helper, then init) against the recorder.
     fn recorded(mode: WorkspaceMode) -> Vec<Effect> {
+        recorded_with(mode, cgroup::Version::V1)
+    }
+
+    fn recorded_with(mode: WorkspaceMode, version: cgroup::Version) -> Vec<Effect> {
         let s = spec(mode);
         let maps = idmap::choose(0, 0, Some("root"), None, None).unwrap();
+        let base = match version {
+            cgroup::Version::V1 => "/sys/fs/cgroup/pids",
+            cgroup::Version::V2 => "/sys/fs/cgroup",
+        };
         let layout = cgroup::Layout {
             pids: Some(cgroup::Home {
-                version: cgroup::Version::V1,
-                base: "/sys/fs/cgroup/pids".into(),
+                version,
+                base: base.into(),
             }),
             memory: None,
-            v2: None,
+            v2: (version == cgroup::Version::V2).then(|| (PathBuf::from(base), Vec::new())),
         };
         let cg = cgroup::plan(&layout, &s.name, 1024, None, false).unwrap();
         let mut k = Recorder::default();
         for (_, e) in helper_effects_before_clone(&cg, true)
             .into_iter()
-            .chain(helper_effects_after_clone(42, &maps, &cg.dirs))
-            .chain(init_effects(&s, &host(), Path::new("/state/box/root")))
+            .chain(helper_effects_after_clone(42, &maps, &cg))
+            .chain(init_effects(
+                &s,
+                &host(),
+                Path::new("/state/box/root"),
+                &cg.v1,
+            ))
         {
             k.apply(&e).unwrap();
         }
@@ -839,15 +858,34 @@ mod tests {
     }
 
     #[test]
-    fn the_init_joins_the_cgroup_before_it_is_released() {
+    fn the_init_joins_a_v1_cgroup_itself_before_anything_else() {
         let fx = recorded(WorkspaceMode::Copy);
         let create = position(&fx, |e| matches!(e, Effect::CgroupCreate(_)));
+        let limit = position(&fx, |e| matches!(e, Effect::CgroupWrite { .. }));
+        let release = position(&fx, |e| matches!(e, Effect::AwaitRelease));
+        let join = position(&fx, |e| {
+            *e == Effect::CgroupJoinSelf("/sys/fs/cgroup/pids/capgate/box".into())
+        });
+        assert!(
+            create < limit && limit < release && join == release + 1,
+            "{fx:?}"
+        );
+        assert!(
+            !fx.iter()
+                .any(|e| matches!(e, Effect::CgroupAddProcess { .. }))
+        );
+    }
+
+    #[test]
+    fn the_helper_adds_the_init_to_a_v2_cgroup_before_it_is_released() {
+        let fx = recorded_with(WorkspaceMode::Copy, cgroup::Version::V2);
         let limit = position(&fx, |e| matches!(e, Effect::CgroupWrite { .. }));
         let join = position(&fx, |e| {
             matches!(e, Effect::CgroupAddProcess { pid: 42, .. })
         });
         let release = position(&fx, |e| matches!(e, Effect::AwaitRelease));
-        assert!(create < limit && limit < join && join < release);
+        assert!(limit < join && join < release, "{fx:?}");
+        assert!(!fx.iter().any(|e| matches!(e, Effect::CgroupJoinSelf(_))));
     }
 
     #[test]
