@@ -504,6 +504,40 @@ pub fn strip_hop_by_hop(headers: &mut Vec<Header>) {
     });
 }
 
+/// Whether the `Connection` headers list `token` (ASCII case-insensitive).
+fn connection_lists(headers: &[Header], token: &str) -> bool {
+    headers.iter().filter(|h| h.is("connection")).any(|h| {
+        h.value
+            .split(|&b| b == b',')
+            .any(|element| trim_ows(element).eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// Whether the headers carry exactly one `Upgrade` field and it names exactly `websocket`.
+fn upgrades_to_websocket(headers: &[Header]) -> bool {
+    let mut upgrades = headers.iter().filter(|h| h.is("upgrade"));
+    matches!(
+        (upgrades.next(), upgrades.next()),
+        (Some(h), None) if trim_ows(&h.value).eq_ignore_ascii_case(b"websocket")
+    ) && connection_lists(headers, "upgrade")
+}
+
+/// Whether a request asks to switch to WebSocket (RFC 6455 §4.1): a GET without a body,
+/// `Connection: upgrade` and one `Upgrade: websocket`. No other protocol switch is relayed
+/// (an `h2c` upgrade would carry later requests past the per-request policy).
+pub fn is_websocket_upgrade(head: &RequestHead) -> bool {
+    head.method == "GET"
+        && head.framing == Framing::None
+        && head.version == Version::Http11
+        && upgrades_to_websocket(&head.headers)
+}
+
+/// Whether a response accepts a WebSocket upgrade: `101` with `Connection: upgrade` and
+/// one `Upgrade: websocket`.
+pub fn is_websocket_accept(head: &ResponseHead) -> bool {
+    head.status == 101 && upgrades_to_websocket(&head.headers)
+}
+
 /// Parses a request head from the start of `buf`.
 ///
 /// Returns [`Parsed::Partial`] while the head is incomplete and nothing seen so far is
@@ -1477,6 +1511,7 @@ fn name_for_error(name: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::panic, reason = "tests")]
     use super::*;
 
     #[test]
@@ -1522,5 +1557,34 @@ mod tests {
         assert!(percent_escapes_ok(b"/a%20b"));
         assert!(!percent_escapes_ok(b"/a%2"));
         assert!(!percent_escapes_ok(b"/a%zz"));
+    }
+
+    fn head(raw: &str) -> RequestHead {
+        match parse_request_head(raw.as_bytes(), &Limits::default()) {
+            Ok(Parsed::Complete { head, .. }) => head,
+            other => panic!("{raw:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_plain_websocket_upgrade_is_one() {
+        let ok = "GET /chat HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\n\r\n";
+        assert!(is_websocket_upgrade(&head(ok)));
+        for not in [
+            // another protocol: h2c would take later requests past the policy
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+            // a list, or two fields
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket, h2c\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nUpgrade: h2c\r\n\r\n",
+            // Connection does not name it
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgraded\r\nUpgrade: websocket\r\n\r\n",
+            // not a bodiless GET on HTTP/1.1
+            "POST / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        ] {
+            assert!(!is_websocket_upgrade(&head(not)), "{not:?}");
+        }
     }
 }

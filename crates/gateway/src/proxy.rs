@@ -947,6 +947,7 @@ impl Gateway {
         };
 
         // The request, re-serialized.
+        let websocket = h1::is_websocket_upgrade(&head);
         h1::strip_hop_by_hop(&mut head.headers);
         head.headers
             .retain(|h| !h.is("host") && !h.name.to_ascii_lowercase().starts_with("proxy-"));
@@ -960,6 +961,10 @@ impl Gateway {
         headers.append(&mut head.headers);
         if head.framing == Framing::Chunked {
             headers.push(Header::new("Transfer-Encoding", b"chunked".to_vec()));
+        }
+        if websocket {
+            headers.push(Header::new("Connection", b"Upgrade".to_vec()));
+            headers.push(Header::new("Upgrade", b"websocket".to_vec()));
         }
         let mut out = Vec::with_capacity(1024);
         if h1::write_request_head(&head.method, path_and_query, &headers, &mut out).is_err() {
@@ -1043,6 +1048,25 @@ impl Gateway {
                 }
             }
         };
+        if response.status == 101 {
+            return self
+                .switch_to_websocket(client, buf, upstream, &response, websocket, (&host, port))
+                .await
+                .map(|relayed| {
+                    let (v, bytes) = match relayed {
+                        Some((up, down)) => (verdict, (bytes_up + up, down)),
+                        None => (
+                            Verdict::refused(
+                                Reason::InvalidTarget,
+                                "the upstream switched protocols without a WebSocket upgrade asked and accepted",
+                            ),
+                            (bytes_up, 0),
+                        ),
+                    };
+                    self.audit_verdict(&host, port, &v, Some((&head.method, &path)), bytes);
+                    false
+                });
+        }
         let mut resp_headers = response.headers.clone();
         h1::strip_hop_by_hop(&mut resp_headers);
         let client_keep = head.keep_alive && response.framing != Framing::CloseDelimited;
@@ -1140,6 +1164,61 @@ impl Gateway {
             (bytes_up, bytes_down),
         );
         Ok(client_keep)
+    }
+
+    /// After a `101`: when the request asked for WebSocket and the upstream accepted it,
+    /// answers the client with the upgrade and relays the connection's bytes both ways
+    /// until either side closes (the frames are not HTTP requests: the upgrade request
+    /// was judged, and the connection ends with the WebSocket). Any other switch is a 502.
+    /// Returns the bytes relayed up and down after the heads, or `None` when refused.
+    async fn switch_to_websocket<C: Io>(
+        &self,
+        client: &mut C,
+        early: &mut Vec<u8>,
+        upstream: &mut Option<Upstream>,
+        response: &ResponseHead,
+        asked: bool,
+        (host, port): (&str, u16),
+    ) -> std::io::Result<Option<(u64, u64)>> {
+        let Some(mut up) = upstream.take() else {
+            return Ok(None);
+        };
+        if !asked || !h1::is_websocket_accept(response) {
+            let body = format!(
+                "capgate refused {host}:{port}'s answer: it switched protocols without a WebSocket upgrade asked and accepted\n"
+            );
+            client
+                .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
+                .await?;
+            return Ok(None);
+        }
+        let mut headers = response.headers.clone();
+        h1::strip_hop_by_hop(&mut headers);
+        headers.push(Header::new("Connection", b"Upgrade".to_vec()));
+        headers.push(Header::new("Upgrade", b"websocket".to_vec()));
+        let mut out = Vec::with_capacity(512 + up.buf.len());
+        if h1::write_response_head(101, &response.reason, &headers, &mut out).is_err() {
+            client
+                .write_all(&respond::plain(
+                    502,
+                    Reason::InvalidTarget,
+                    "capgate: the upstream's response cannot be relayed\n",
+                    true,
+                ))
+                .await?;
+            return Ok(None);
+        }
+        // Bytes that came with the heads go first, each to the other side.
+        let down_early = up.buf.len() as u64;
+        out.append(&mut up.buf);
+        client.write_all(&out).await?;
+        let up_early = early.len() as u64;
+        up.stream.write_all(early).await?;
+        early.clear();
+        let (a, b) = tokio::io::copy_bidirectional(client, &mut up.stream)
+            .await
+            .unwrap_or((0, 0));
+        Ok(Some((up_early + a, down_early + b)))
     }
 
     async fn read_response(&self, up: &mut Upstream, method: &str) -> Result<ResponseHead, String> {

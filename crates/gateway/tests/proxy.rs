@@ -94,7 +94,24 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 .nth(1)
                 .and_then(|target| target.rsplit_once("/stall/"))
                 .and_then(|(_, n)| n.parse::<usize>().ok());
+            let target = head.split(' ').nth(1).unwrap_or("").to_owned();
+            let upgrade = head.to_ascii_lowercase().contains("\r\nupgrade: websocket");
             seen.lock().unwrap().requests.push(head);
+            // `/ws` with a WebSocket upgrade (RFC 6455's example key): 101, then echo
+            // masked text frames back unmasked. `/switch`: a 101 nobody asked for.
+            if target.ends_with("/ws") && upgrade {
+                let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+                if s.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                echo_frames(&mut s, std::mem::take(&mut buf)).await;
+                return;
+            }
+            if target.ends_with("/switch") {
+                let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nPRI * HTTP/2.0";
+                let _ = s.write_all(resp.as_bytes()).await;
+                return;
+            }
             if let Some(n) = stall {
                 let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n0123456789");
                 let _ = s.write_all(resp.as_bytes()).await;
@@ -163,6 +180,38 @@ where
                 let _ = send.send_data(bytes::Bytes::from(body), true);
             }
         });
+    }
+}
+
+/// Echoes masked WebSocket text frames (payload < 126 bytes) as unmasked ones.
+async fn echo_frames<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    mut buf: Vec<u8>,
+) {
+    loop {
+        if buf.len() >= 6 {
+            let len = usize::from(buf[1] & 0x7f);
+            if buf.len() >= 6 + len {
+                let mask = [buf[2], buf[3], buf[4], buf[5]];
+                let payload: Vec<u8> = buf[6..6 + len]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| b ^ mask[i % 4])
+                    .collect();
+                buf.drain(..6 + len);
+                let mut frame = vec![0x81, payload.len() as u8];
+                frame.extend_from_slice(&payload);
+                if s.write_all(&frame).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let mut tmp = [0u8; 1024];
+        match s.read(&mut tmp).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+        }
     }
 }
 
@@ -1092,4 +1141,89 @@ async fn connections_beyond_the_sandbox_limit_get_503() {
             .iter()
             .any(|e| e.reason == Reason::LimitExceeded)
     );
+}
+
+/// A WebSocket handshake for `/ws` (RFC 6455's example key) through the proxy in absolute
+/// form; returns the connection and the response head.
+async fn websocket_handshake(h: &Harness, host: &str, port: u16) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    let request = format!(
+        "GET http://{host}:{port}/ws HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    (s, String::from_utf8_lossy(&head).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrades_are_judged_then_relayed() {
+    let h = harness(false).await;
+    let (mut ws, head) = websocket_handshake(&h, "plain.test", h.ports["plain.test"]).await;
+    assert!(
+        head.starts_with("HTTP/1.1 101")
+            && head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+            && head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
+    // A masked text frame "hello" goes up; the echo comes back.
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | 5];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hello".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    ws.write_all(&frame).await.unwrap();
+    let mut echo = [0u8; 7];
+    tokio::time::timeout(std::time::Duration::from_secs(5), ws.read_exact(&mut echo))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echo, b"\x81\x05hello");
+    let seen = h.seen["plain.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen[0].starts_with("GET /ws HTTP/1.1") && seen[0].contains("Upgrade: websocket"),
+        "{seen:?}"
+    );
+    // The twin refused: the upgrade request is judged like any other.
+    let (_, head) = websocket_handshake(&h, "unlisted.test", 80).await;
+    assert!(
+        head.starts_with("HTTP/1.1 403") && head.contains("X-Capgate-Reason: no_matching_allow"),
+        "{head}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_other_protocol_switch_passes() {
+    let h = harness(false).await;
+    // h2c would carry later requests past the per-request policy: the upgrade is dropped.
+    let (code, out) = curl(
+        &h,
+        &[
+            "-H",
+            "Connection: Upgrade",
+            "-H",
+            "Upgrade: h2c",
+            &url(&h, "http", "plain.test", "/x"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from plain.test"), "{out}");
+    let seen = h.seen["plain.test"].lock().unwrap().requests.clone();
+    assert!(
+        !seen[0].to_ascii_lowercase().contains("upgrade"),
+        "{seen:?}"
+    );
+    // An upstream that switches protocols unasked is not relayed.
+    let (_, out) = curl(&h, &["-i", &url(&h, "http", "plain.test", "/switch")]).await;
+    assert!(
+        out.starts_with("HTTP/1.1 502") && out.contains("X-Capgate-Reason: invalid_target"),
+        "{out}"
+    );
+    assert!(!out.contains("PRI * HTTP/2.0"), "{out}");
 }
