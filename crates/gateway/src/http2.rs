@@ -14,7 +14,6 @@
 
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,18 +23,25 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::proxy::{Gateway, split_authority, target_name, target_of};
+use crate::proxy::{Gateway, authority_of, split_authority, target_name, target_of};
 use crate::respond;
+use crate::stall::Stall;
 
-/// Streams one client connection may have open at once.
-const MAX_STREAMS: u32 = 128;
-/// Flow-control windows, per stream and per connection: large enough that one stream can
-/// keep a fast link busy, small enough to bound what is buffered.
-const STREAM_WINDOW: u32 = 1 << 20;
-const CONNECTION_WINDOW: u32 = 4 << 20;
+/// Streams one client connection may have running at once (h2's own count stops at a
+/// reset; the gateway's tasks are counted until they end).
+const MAX_STREAMS: u32 = 64;
+/// Flow-control windows, per stream and per connection, and what h2 may buffer for one
+/// stream on its way out: large enough that one stream can keep a fast link busy, small
+/// enough that a connection holds a few MiB at most (two connection windows and the send
+/// buffers of its streams).
+const STREAM_WINDOW: u32 = 512 << 10;
+const CONNECTION_WINDOW: u32 = 1 << 20;
+const SEND_BUFFER: usize = 32 << 10;
 
 /// Fields that belong to one HTTP/1.1 connection and never travel in HTTP/2 (RFC 9113
 /// §8.2.2), and the proxy's own fields.
@@ -46,83 +52,124 @@ fn dropped(name: &str) -> bool {
     ) || name.starts_with("proxy-")
 }
 
-/// Opens HTTP/2 to the upstream over `io` (TLS that negotiated `h2`) and drives the
-/// connection in the background; the handle sends the requests.
-pub(crate) async fn connect_upstream<U>(io: U) -> Result<SendRequest<Bytes>, h2::Error>
+/// An HTTP/2 connection to an upstream, driven by a background task that ends with it.
+pub(crate) struct Upstream {
+    sender: SendRequest<Bytes>,
+    /// Resolves when the connection has ended (closed, failed, or GOAWAY completed).
+    ended: tokio::task::JoinHandle<()>,
+}
+
+/// Opens HTTP/2 to the upstream over `io` (TLS that negotiated `h2`) within `wait`.
+pub(crate) async fn connect_upstream<U>(io: U, wait: Duration) -> Result<Upstream, String>
 where
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, connection) = h2::client::Builder::new()
+    let handshake = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_concurrent_streams(MAX_STREAMS)
-        .handshake::<_, Bytes>(io)
-        .await?;
-    tokio::spawn(async move {
+        .max_send_buffer_size(SEND_BUFFER)
+        .enable_push(false)
+        .handshake::<_, Bytes>(io);
+    let (sender, connection) = match timeout(wait, handshake).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("the HTTP/2 handshake timed out".to_owned()),
+    };
+    let ended = tokio::spawn(async move {
         let _ = connection.await;
     });
-    Ok(sender)
+    Ok(Upstream { sender, ended })
 }
 
 /// What every stream of one tunnel shares.
 struct Tunnel {
     gw: Gateway,
-    /// The CONNECT host as written, and its port.
+    /// The CONNECT host (normalized; an IPv6 literal without brackets), and its port.
     host: String,
     port: u16,
     upstream: SendRequest<Bytes>,
 }
 
 /// Serves the client's HTTP/2 connection `io` (the intercepted TLS stream) until it ends,
-/// each stream judged and relayed on its own task to the upstream behind `upstream`.
-pub(crate) async fn serve<C>(
-    gw: &Gateway,
-    io: C,
-    host: &str,
-    port: u16,
-    upstream: SendRequest<Bytes>,
-) where
+/// each stream judged and relayed on its own task to `upstream`. Nothing outlives it: the
+/// streams' tasks are aborted and the upstream connection is closed when it returns. When
+/// the upstream connection ends first, the client is sent GOAWAY, so it opens a new
+/// connection instead of getting a 502 for every later stream.
+pub(crate) async fn serve<C>(gw: &Gateway, io: C, host: &str, port: u16, upstream: Upstream)
+where
     C: AsyncRead + AsyncWrite + Unpin,
 {
+    let Upstream { sender, mut ended } = upstream;
     let limits = gw.limits();
     let max_header_list = u32::try_from(limits.h1.max_head_bytes).unwrap_or(u32::MAX);
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(MAX_STREAMS)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(SEND_BUFFER)
         .max_header_list_size(max_header_list)
         .handshake::<_, Bytes>(io);
     let Ok(Ok(mut connection)) = timeout(limits.head_timeout, handshake).await else {
+        ended.abort();
         return;
     };
     let tunnel = Arc::new(Tunnel {
         gw: gw.clone(),
         host: host.to_owned(),
         port,
-        upstream,
+        upstream: sender,
     });
-    let open = Arc::new(AtomicUsize::new(0));
+    let running = Arc::new(Semaphore::new(MAX_STREAMS as usize));
+    let mut tasks = JoinSet::new();
+    let mut upstream_open = true;
     loop {
-        // `accept` also drives the connection for the streams already open, so it is
-        // polled again after an idle interval while any of them is still running.
-        let (request, respond) = match timeout(limits.idle_timeout, connection.accept()).await {
-            Ok(Some(Ok(next))) => next,
-            Ok(Some(Err(_)) | None) => break,
-            Err(_) if open.load(Ordering::Acquire) > 0 => continue,
-            Err(_) => break,
-        };
-        open.fetch_add(1, Ordering::AcqRel);
-        let tunnel = Arc::clone(&tunnel);
-        let open = Arc::clone(&open);
-        tokio::spawn(async move {
-            tunnel.stream(request, respond).await;
-            open.fetch_sub(1, Ordering::AcqRel);
-        });
+        // `accept` also drives the connection for the streams already running, so it is
+        // polled again after an idle interval while any of them is.
+        tokio::select! {
+            next = timeout(limits.idle_timeout, connection.accept()) => {
+                let (request, mut respond) = match next {
+                    Ok(Some(Ok(next))) => next,
+                    Ok(Some(Err(_)) | None) => break,
+                    Err(_) if !tasks.is_empty() => continue,
+                    Err(_) => break,
+                };
+                let Ok(permit) = Arc::clone(&running).try_acquire_owned() else {
+                    // Streams the client reset are no longer counted by h2, but their
+                    // tasks still run: a client cannot pile them up.
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    gw.audit_verdict(
+                        host,
+                        port,
+                        &Verdict::refused(
+                            Reason::LimitExceeded,
+                            format!("more than {MAX_STREAMS} HTTP/2 streams running on one connection"),
+                        ),
+                        None,
+                        (0, 0),
+                    );
+                    continue;
+                };
+                let tunnel = Arc::clone(&tunnel);
+                tasks.spawn(async move {
+                    tunnel.stream(request, respond).await;
+                    drop(permit);
+                });
+            }
+            _ = &mut ended, if upstream_open => {
+                upstream_open = false;
+                connection.graceful_shutdown();
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
     }
+    tasks.abort_all();
+    ended.abort();
 }
 
 impl Tunnel {
-    /// One stream: judged, then relayed, or answered here with the reason.
+    /// One stream: judged, then relayed, or answered here with the reason. Every stream
+    /// is recorded once, with the verdict that decided it or the limit or failure that
+    /// ended it.
     async fn stream(&self, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let (parts, body) = request.into_parts();
         let method = parts.method.as_str().to_owned();
@@ -132,7 +179,20 @@ impl Tunnel {
             .map_or("/", |p| p.as_str())
             .to_owned();
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
+        let what = Some((method.as_str(), path.as_str()));
         let Some(target) = target_of(&self.host) else {
+            let verdict = Verdict::refused(
+                Reason::InvalidTarget,
+                format!("`{}` is not a host capgate can judge", self.host),
+            );
+            answer(
+                &mut respond,
+                400,
+                verdict.reason,
+                "capgate: the tunnel's host cannot be judged\n",
+            );
+            self.gw
+                .audit_verdict(&self.host, self.port, &verdict, what, (0, 0));
             return;
         };
         let host = target_name(&target);
@@ -140,18 +200,17 @@ impl Tunnel {
             method: Method::parse(&method).unwrap_or(Method::Any),
             path: path.clone(),
         };
-        let what = Some((method.as_str(), path.as_str()));
         match self.prepare(parts, &target, &host, request, &path_and_query) {
             Ok((forward, verdict)) => {
-                let bytes = match self.relay(forward, body, &mut respond).await {
-                    Ok(bytes) => bytes,
-                    Err(message) => {
-                        let text = format!(
-                            "capgate lost {}:{} during the request: {message}\n",
-                            self.host, self.port
-                        );
-                        answer(&mut respond, 502, Reason::InvalidTarget, &text);
-                        (0, 0)
+                let (verdict, bytes) = match self.relay(forward, body, &mut respond).await {
+                    Ok(bytes) => (verdict, bytes),
+                    Err(failure) => {
+                        if let Some((status, text)) = &failure.answer {
+                            answer(&mut respond, *status, failure.verdict.reason, text);
+                        } else {
+                            respond.send_reset(h2::Reason::CANCEL);
+                        }
+                        (failure.verdict, failure.bytes)
                     }
                 };
                 self.gw
@@ -180,7 +239,7 @@ impl Tunnel {
     ) -> Result<(Request<()>, Verdict), (u16, Verdict, String)> {
         let names_tunnel_host = |authority: &str| {
             split_authority(authority, self.port)
-                .is_some_and(|(h, p)| h.eq_ignore_ascii_case(&self.host) && p == self.port)
+                .is_some_and(|(h, p)| p == self.port && target_of(&h).as_ref() == Some(target))
         };
         let authority_ok = parts
             .uri
@@ -222,11 +281,7 @@ impl Tunnel {
             let text = respond::refusal_body(&verdict, self.gw.sandbox(), &what);
             return Err((403, verdict, text));
         }
-        let authority = if self.port == 443 {
-            self.host.clone()
-        } else {
-            format!("{}:{}", self.host, self.port)
-        };
+        let authority = authority_of(&self.host, self.port, 443);
         let mut forward = Request::builder()
             .method(parts.method)
             .uri(format!("https://{authority}{path_and_query}"))
@@ -246,27 +301,84 @@ impl Tunnel {
     }
 
     /// Sends the request upstream and the response back; returns the body bytes each way.
-    /// An error before the response head went back is answered by the caller (502); after
-    /// it, the stream is reset.
+    /// Waiting for the upstream is bounded by the upstream timeout, a body by the idle
+    /// timeout; a stream the client resets is cancelled upstream at once.
     async fn relay(
         &self,
         forward: Request<()>,
         body: RecvStream,
         respond: &mut SendResponse<Bytes>,
-    ) -> Result<(u64, u64), String> {
-        let idle = self.gw.limits().idle_timeout;
-        let mut upstream = self
-            .upstream
-            .clone()
-            .ready()
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(u64, u64), Failure> {
+        let limits = self.gw.limits();
+        let (idle, wait) = (limits.idle_timeout, limits.upstream_timeout);
+        let lost = |message: String| Failure::lost(&self.host, self.port, message);
+        let mut upstream = match timeout(wait, self.upstream.clone().ready()).await {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(e)) => return Err(lost(e.to_string())),
+            Err(_) => return Err(lost("no stream could be opened in time".to_owned())),
+        };
         let end_of_request = body.is_end_stream();
         let (response, send) = upstream
             .send_request(forward, end_of_request)
-            .map_err(|e| e.to_string())?;
-        let upload = (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle)));
-        let response = response.await.map_err(|e| e.to_string())?;
+            .map_err(|e| lost(e.to_string()))?;
+        let mut upload =
+            (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle)));
+        let mut uploaded: Option<Result<u64, PipeError>> = None;
+        // Until the response head: the upstream's answer, the client's reset, a stalled
+        // upload, or the time limit, whichever comes first. Dropping the response future
+        // and the upload (with its send half) resets the upstream stream.
+        let deadline = tokio::time::Instant::now() + wait;
+        tokio::pin!(response);
+        let response = loop {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, &mut response) => break r,
+                _ = poll_fn(|cx| respond.poll_reset(cx)) => {
+                    if let Some(task) = upload.take() {
+                        task.abort();
+                    }
+                    return Err(Failure::after_head(
+                        Verdict::refused(Reason::InvalidTarget, "the client cancelled the stream"),
+                        (0, 0),
+                    ));
+                }
+                done = async {
+                    match upload.as_mut() {
+                        Some(task) => task.await,
+                        None => std::future::pending().await,
+                    }
+                }, if upload.is_some() => {
+                    upload = None;
+                    let result = done.unwrap_or(Ok(0));
+                    if let Err(PipeError::Stalled(stall)) = result {
+                        return Err(Failure::stalled_upload(stall, idle));
+                    }
+                    uploaded = Some(result);
+                }
+            }
+        };
+        let response = match response {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                // The upstream stream ends in error when a stalled upload reset it; the
+                // stall is the better account.
+                if let Some(task) = upload.take() {
+                    if task.is_finished() {
+                        if let Ok(Err(PipeError::Stalled(stall))) = task.await {
+                            return Err(Failure::stalled_upload(stall, idle));
+                        }
+                    } else {
+                        task.abort();
+                    }
+                }
+                return Err(lost(e.to_string()));
+            }
+            Err(_) => {
+                if let Some(task) = upload.take() {
+                    task.abort();
+                }
+                return Err(lost("the upstream did not answer in time".to_owned()));
+            }
+        };
         let (parts, down) = response.into_parts();
         let mut head = Response::builder().status(parts.status);
         if let Some(map) = head.headers_mut() {
@@ -276,23 +388,111 @@ impl Tunnel {
                 }
             }
         }
-        let head = head.body(()).map_err(|e| e.to_string())?;
+        let head = head.body(()).map_err(|e| lost(e.to_string()))?;
         let end_of_response = down.is_end_stream();
-        let send = respond
-            .send_response(head, end_of_response)
-            .map_err(|e| e.to_string())?;
-        let bytes_down = if end_of_response {
-            0
+        let send = respond.send_response(head, end_of_response).map_err(|e| {
+            Failure::after_head(
+                Verdict::refused(Reason::InvalidTarget, e.to_string()),
+                (0, 0),
+            )
+        })?;
+        let down = if end_of_response {
+            Ok(0)
         } else {
-            // The head is out: a failure now can only reset the stream, which dropping
-            // `send` unfinished does.
-            pipe_body(down, send, true, idle).await.unwrap_or(0)
+            pipe_body(down, send, true, idle).await
         };
-        let bytes_up = match upload {
-            Some(task) => task.await.ok().and_then(Result::ok).unwrap_or(0),
-            None => 0,
+        let up = match (upload, uploaded) {
+            (Some(task), _) => task.await.unwrap_or(Ok(0)),
+            (None, Some(result)) => result,
+            (None, None) => Ok(0),
         };
-        Ok((bytes_up, bytes_down))
+        match (up, down) {
+            (Ok(up), Ok(down)) => Ok((up, down)),
+            (_, Err(PipeError::Stalled(stall))) | (Err(PipeError::Stalled(stall)), _) => {
+                Err(Failure::after_head(
+                    Verdict::refused(
+                        Reason::LimitExceeded,
+                        format!("a body of {}:{}: {stall}", self.host, self.port),
+                    ),
+                    (0, 0),
+                ))
+            }
+            (Ok(up), Err(PipeError::H2(e))) => Err(Failure::after_head(
+                Verdict::refused(
+                    Reason::InvalidTarget,
+                    format!("the response of {}:{} broke off: {e}", self.host, self.port),
+                ),
+                (up, 0),
+            )),
+            (Err(PipeError::H2(e)), Ok(down)) => Err(Failure::after_head(
+                Verdict::refused(
+                    Reason::InvalidTarget,
+                    format!(
+                        "the request body to {}:{} broke off: {e}",
+                        self.host, self.port
+                    ),
+                ),
+                (0, down),
+            )),
+            (Err(PipeError::H2(e)), Err(PipeError::H2(_))) => Err(Failure::after_head(
+                Verdict::refused(Reason::InvalidTarget, e.to_string()),
+                (0, 0),
+            )),
+        }
+    }
+}
+
+/// Why a stream that was allowed did not complete: the verdict recorded for it, the bytes
+/// moved, and the answer to the client when its response head had not gone out yet.
+struct Failure {
+    verdict: Verdict,
+    bytes: (u64, u64),
+    answer: Option<(u16, String)>,
+}
+
+impl Failure {
+    /// The upstream failed before answering: 502.
+    fn lost(host: &str, port: u16, message: String) -> Failure {
+        let text = format!("capgate lost {host}:{port} during the request: {message}\n");
+        Failure {
+            verdict: Verdict::refused(Reason::InvalidTarget, message),
+            bytes: (0, 0),
+            answer: Some((502, text)),
+        }
+    }
+
+    /// The request body stopped (408) or the upstream stopped taking it (504).
+    fn stalled_upload(stall: Stall, idle: Duration) -> Failure {
+        let (status, text) = match stall {
+            Stall::Source => (
+                408,
+                format!(
+                    "capgate cancelled the stream: its request body stopped arriving for {} s\nreason: limit_exceeded\n",
+                    idle.as_secs()
+                ),
+            ),
+            Stall::Sink => (
+                504,
+                format!(
+                    "capgate cancelled the stream: the upstream took none of its request body for {} s\nreason: limit_exceeded\n",
+                    idle.as_secs()
+                ),
+            ),
+        };
+        Failure {
+            verdict: Verdict::refused(Reason::LimitExceeded, format!("request body: {stall}")),
+            bytes: (0, 0),
+            answer: Some((status, text)),
+        }
+    }
+
+    /// After the response head went out only a reset is left.
+    fn after_head(verdict: Verdict, bytes: (u64, u64)) -> Failure {
+        Failure {
+            verdict,
+            bytes,
+            answer: None,
+        }
     }
 }
 
@@ -306,30 +506,50 @@ fn fill(map: &mut HeaderMap, from: &[Header]) -> Result<(), ()> {
     Ok(())
 }
 
+/// Why [`pipe_body`] stopped early.
+#[derive(Debug)]
+enum PipeError {
+    /// One side moved nothing for the idle timeout; the receiving stream was reset.
+    Stalled(Stall),
+    H2(h2::Error),
+}
+
+impl From<h2::Error> for PipeError {
+    fn from(e: h2::Error) -> Self {
+        PipeError::H2(e)
+    }
+}
+
 /// Moves a body from one stream to another within the receiver's flow-control window,
 /// releasing the sender's window only as bytes leave (so a slow reader slows the writer,
 /// and nothing piles up here). Trailers are relayed when `trailers` is set, else dropped.
-/// A side that moves nothing for `idle` cancels the stream (slowloris on bodies). Returns
-/// the body bytes moved.
+/// A side that moves nothing for `idle` ends it: the receiving stream is reset and the
+/// sending one is dropped (so it is reset too). Returns the body bytes moved.
 async fn pipe_body(
     mut from: RecvStream,
     mut to: SendStream<Bytes>,
     trailers: bool,
     idle: Duration,
-) -> Result<u64, h2::Error> {
-    let stalled = || h2::Error::from(h2::Reason::CANCEL);
+) -> Result<u64, PipeError> {
     let mut total = 0u64;
-    while let Some(chunk) = timeout(idle, from.data()).await.map_err(|_| stalled())? {
-        let mut chunk = chunk?;
+    let stalled = |to: &mut SendStream<Bytes>, stall: Stall| {
+        to.send_reset(h2::Reason::CANCEL);
+        PipeError::Stalled(stall)
+    };
+    loop {
+        let chunk = match timeout(idle, from.data()).await {
+            Ok(Some(chunk)) => chunk?,
+            Ok(None) => break,
+            Err(_) => return Err(stalled(&mut to, Stall::Source)),
+        };
+        let mut chunk = chunk;
         let len = chunk.len();
         while !chunk.is_empty() {
             to.reserve_capacity(chunk.len());
-            let granted = match timeout(idle, poll_fn(|cx| to.poll_capacity(cx)))
-                .await
-                .map_err(|_| stalled())?
-            {
-                Some(granted) => granted?,
-                None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+            let granted = match timeout(idle, poll_fn(|cx| to.poll_capacity(cx))).await {
+                Ok(Some(granted)) => granted?,
+                Ok(None) => return Err(PipeError::H2(h2::Error::from(h2::Reason::CANCEL))),
+                Err(_) => return Err(stalled(&mut to, Stall::Sink)),
             };
             let part = chunk.split_to(granted.min(chunk.len()));
             if !part.is_empty() {
@@ -339,10 +559,11 @@ async fn pipe_body(
         from.flow_control().release_capacity(len)?;
         total += len as u64;
     }
-    match timeout(idle, from.trailers())
-        .await
-        .map_err(|_| stalled())??
-    {
+    let fields = match timeout(idle, from.trailers()).await {
+        Ok(fields) => fields?,
+        Err(_) => return Err(stalled(&mut to, Stall::Source)),
+    };
+    match fields {
         Some(fields) if trailers => to.send_trailers(fields)?,
         _ => to.send_data(Bytes::new(), true)?,
     }

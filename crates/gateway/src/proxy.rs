@@ -209,8 +209,11 @@ impl Gateway {
                 self.cfg().sandbox,
                 self.cfg().limits.max_connections
             );
-            let _ = stream
-                .write_all(&respond::plain(503, Reason::LimitExceeded, &body, true))
+            let _ = self
+                .send(
+                    &mut stream,
+                    &respond::plain(503, Reason::LimitExceeded, &body, true),
+                )
                 .await;
             self.audit_simple("(connection)", 0, Decision::Deny, Reason::LimitExceeded);
             return;
@@ -225,6 +228,16 @@ impl Gateway {
 
     pub(crate) fn sandbox(&self) -> &str {
         &self.cfg().sandbox
+    }
+
+    /// Writes all of `bytes` to a client within the idle timeout: a client that reads
+    /// nothing cannot hold its connection (and its slot) forever.
+    async fn send<C: AsyncWrite + Unpin + ?Sized>(
+        &self,
+        client: &mut C,
+        bytes: &[u8],
+    ) -> std::io::Result<()> {
+        stall::writing(self.cfg().limits.idle_timeout, client.write_all(bytes)).await
     }
 
     fn cfg(&self) -> &GatewayConfig {
@@ -430,6 +443,9 @@ impl Gateway {
         wait: Duration,
     ) -> std::io::Result<Option<RequestHead>> {
         let limits = &self.cfg().limits.h1;
+        // One deadline for the whole head: a head trickled a byte at a time gets no more
+        // time than one sent at once.
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             if !buf.is_empty() {
                 match h1::parse_request_head(buf, limits) {
@@ -448,15 +464,14 @@ impl Gateway {
                             "capgate refused a malformed request: {e}\nreason: {}\n",
                             reason.code()
                         );
-                        client
-                            .write_all(&respond::plain(e.status(), reason, &body, true))
+                        self.send(client, &respond::plain(e.status(), reason, &body, true))
                             .await?;
                         self.audit_simple("(malformed request)", 0, Decision::Deny, reason);
                         return Ok(None);
                     }
                 }
             }
-            let read = timeout(wait, read_more(client, buf)).await;
+            let read = tokio::time::timeout_at(deadline, read_more(client, buf)).await;
             match read {
                 Ok(Ok(0)) if buf.is_empty() => return Ok(None),
                 Ok(Ok(0)) => return Ok(None),
@@ -465,9 +480,11 @@ impl Gateway {
                 Err(_) if buf.is_empty() => return Ok(None),
                 Err(_) => {
                     let body = "capgate closed the connection: the request head did not arrive in time\nreason: limit_exceeded\n";
-                    client
-                        .write_all(&respond::plain(408, Reason::LimitExceeded, body, true))
-                        .await?;
+                    self.send(
+                        client,
+                        &respond::plain(408, Reason::LimitExceeded, body, true),
+                    )
+                    .await?;
                     self.audit_simple("(slow request)", 0, Decision::Deny, Reason::LimitExceeded);
                     return Ok(None);
                 }
@@ -477,14 +494,11 @@ impl Gateway {
 
     async fn malformed<C: Io>(&self, client: &mut C, status: u16, message: &str) -> Served {
         let body = format!("{message}\nreason: malformed_request\n");
-        client
-            .write_all(&respond::plain(
-                status,
-                Reason::MalformedRequest,
-                &body,
-                true,
-            ))
-            .await?;
+        self.send(
+            client,
+            &respond::plain(status, Reason::MalformedRequest, &body, true),
+        )
+        .await?;
         self.audit_simple(
             "(malformed request)",
             0,
@@ -552,28 +566,32 @@ impl Gateway {
                 Reason::InvalidTarget,
                 format!("`{raw_host}` is not a host capgate can judge"),
             );
-            client
-                .write_all(&respond::refusal(
+            self.send(
+                client,
+                &respond::refusal(
                     &verdict,
                     &self.cfg().sandbox,
                     &format!("CONNECT {raw_host}:{port}"),
                     true,
-                ))
-                .await?;
+                ),
+            )
+            .await?;
             self.audit_verdict(raw_host, port, &verdict, None, (0, 0));
             return Ok(());
         };
         let host = target_name(&target);
         let verdict = self.decide(&target, port, None);
         if !verdict.is_allowed() {
-            client
-                .write_all(&respond::refusal(
+            self.send(
+                client,
+                &respond::refusal(
                     &verdict,
                     &self.cfg().sandbox,
                     &format!("CONNECT {host}:{port}"),
                     true,
-                ))
-                .await?;
+                ),
+            )
+            .await?;
             self.audit_verdict(&host, port, &verdict, None, (0, 0));
             return Ok(());
         }
@@ -591,14 +609,16 @@ impl Gateway {
                     "only some requests to `{host}` are granted and this gateway cannot inspect TLS"
                 ),
             );
-            client
-                .write_all(&respond::refusal(
+            self.send(
+                client,
+                &respond::refusal(
                     &v,
                     &self.cfg().sandbox,
                     &format!("CONNECT {host}:{port}"),
                     true,
-                ))
-                .await?;
+                ),
+            )
+            .await?;
             self.audit_verdict(&host, port, &v, None, (0, 0));
             return Ok(());
         }
@@ -606,13 +626,12 @@ impl Gateway {
             Ok(a) => a,
             Err(refusal) => {
                 let (response, v) = self.address_refusal(&refusal, &host, port);
-                client.write_all(&response).await?;
+                self.send(client, &response).await?;
                 self.audit_verdict(&host, port, &v, None, (0, 0));
                 return Ok(());
             }
         };
-        client
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.send(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await?;
         if intercept {
             self.intercept(client, &host, port, vetted, leftover).await
@@ -697,7 +716,7 @@ impl Gateway {
             }
         };
         let _ = up.set_nodelay(true);
-        up.write_all(&peeked).await?;
+        stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
         let (a, b) =
             tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024)
                 .await
@@ -761,7 +780,8 @@ impl Gateway {
             let config = Arc::clone(&self.inner.upstream_tls_h2);
             match self.dial_tls(host, vetted, config).await {
                 Ok(up) if up.get_ref().1.alpn_protocol() == Some(b"h2") => {
-                    h2_upstream = crate::http2::connect_upstream(up).await.ok();
+                    let wait = self.cfg().limits.upstream_timeout;
+                    h2_upstream = crate::http2::connect_upstream(up, wait).await.ok();
                 }
                 Ok(up) => early = Some(up),
                 Err(_) => {}
@@ -888,14 +908,11 @@ impl Gateway {
             // other refusal the connection goes on when no body is left unread.
             let close =
                 head.framing != Framing::None || verdict.reason == Reason::CredentialExfiltration;
-            client
-                .write_all(&respond::refusal(
-                    &verdict,
-                    &self.cfg().sandbox,
-                    &what,
-                    close,
-                ))
-                .await?;
+            self.send(
+                client,
+                &respond::refusal(&verdict, &self.cfg().sandbox, &what, close),
+            )
+            .await?;
             self.audit_verdict(&host, port, &verdict, Some((&head.method, &path)), (0, 0));
             return Ok(!close && head.keep_alive);
         }
@@ -909,7 +926,7 @@ impl Gateway {
                     Ok(a) => a,
                     Err(refusal) => {
                         let (response, v) = self.address_refusal(&refusal, &host, port);
-                        client.write_all(&response).await?;
+                        self.send(client, &response).await?;
                         self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
                         return Ok(false);
                     }
@@ -928,9 +945,11 @@ impl Gateway {
                 }
                 Err(message) => {
                     let body = format!("capgate could not reach {host}:{port}: {message}\n");
-                    client
-                        .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
-                        .await?;
+                    self.send(
+                        client,
+                        &respond::plain(502, Reason::InvalidTarget, &body, true),
+                    )
+                    .await?;
                     self.audit_verdict(
                         &host,
                         port,
@@ -951,11 +970,7 @@ impl Gateway {
         h1::strip_hop_by_hop(&mut head.headers);
         head.headers
             .retain(|h| !h.is("host") && !h.name.to_ascii_lowercase().starts_with("proxy-"));
-        let authority = if (tls_upstream && port == 443) || (!tls_upstream && port == 80) {
-            raw_host.to_owned()
-        } else {
-            format!("{raw_host}:{port}")
-        };
+        let authority = authority_of(raw_host, port, if tls_upstream { 443 } else { 80 });
         let mut headers = Vec::with_capacity(head.headers.len() + 2);
         headers.push(Header::new("Host", authority.into_bytes()));
         headers.append(&mut head.headers);
@@ -1034,16 +1049,18 @@ impl Gateway {
                 Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
                     let mut interim = Vec::new();
                     let _ = h1::write_response_head(r.status, &r.reason, &[], &mut interim);
-                    client.write_all(&interim).await?;
+                    self.send(client, &interim).await?;
                 }
                 Ok(r) => break r,
                 Err(message) => {
                     *upstream = None;
                     let body =
                         format!("capgate got no usable response from {host}:{port}: {message}\n");
-                    client
-                        .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
-                        .await?;
+                    self.send(
+                        client,
+                        &respond::plain(502, Reason::InvalidTarget, &body, true),
+                    )
+                    .await?;
                     return Ok(false);
                 }
             }
@@ -1081,14 +1098,16 @@ impl Gateway {
             .is_err()
         {
             *upstream = None;
-            client
-                .write_all(&respond::plain(
+            self.send(
+                client,
+                &respond::plain(
                     502,
                     Reason::InvalidTarget,
                     "capgate: the upstream's response cannot be relayed\n",
                     true,
-                ))
-                .await?;
+                ),
+            )
+            .await?;
             return Ok(false);
         }
         // A body already read with the head goes out with it: one write, one packet.
@@ -1097,7 +1116,7 @@ impl Gateway {
             if n <= up.buf.len() && n <= 64 * 1024 {
                 out.extend_from_slice(&up.buf[..n]);
                 up.buf.drain(..n);
-                client.write_all(&out).await?;
+                self.send(client, &out).await?;
                 if !response.keep_alive {
                     *upstream = None;
                 }
@@ -1187,9 +1206,11 @@ impl Gateway {
             let body = format!(
                 "capgate refused {host}:{port}'s answer: it switched protocols without a WebSocket upgrade asked and accepted\n"
             );
-            client
-                .write_all(&respond::plain(502, Reason::InvalidTarget, &body, true))
-                .await?;
+            self.send(
+                client,
+                &respond::plain(502, Reason::InvalidTarget, &body, true),
+            )
+            .await?;
             return Ok(None);
         }
         let mut headers = response.headers.clone();
@@ -1198,22 +1219,24 @@ impl Gateway {
         headers.push(Header::new("Upgrade", b"websocket".to_vec()));
         let mut out = Vec::with_capacity(512 + up.buf.len());
         if h1::write_response_head(101, &response.reason, &headers, &mut out).is_err() {
-            client
-                .write_all(&respond::plain(
+            self.send(
+                client,
+                &respond::plain(
                     502,
                     Reason::InvalidTarget,
                     "capgate: the upstream's response cannot be relayed\n",
                     true,
-                ))
-                .await?;
+                ),
+            )
+            .await?;
             return Ok(None);
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
         out.append(&mut up.buf);
-        client.write_all(&out).await?;
+        self.send(client, &out).await?;
         let up_early = early.len() as u64;
-        up.stream.write_all(early).await?;
+        stall::writing(self.cfg().limits.idle_timeout, up.stream.write_all(early)).await?;
         early.clear();
         let (a, b) = tokio::io::copy_bidirectional(client, &mut up.stream)
             .await
@@ -1446,6 +1469,21 @@ where
     }
 }
 
+/// `host:port` for a Host header or URI, the port left out when it is the scheme's
+/// `default`; an IPv6 literal is bracketed.
+pub(crate) fn authority_of(host: &str, port: u16, default: u16) -> String {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    if port == default {
+        host
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// The policy target for a host as written in a request: an IP literal or a normalized name.
 pub(crate) fn target_of(raw: &str) -> Option<Target> {
     let bare = raw
@@ -1543,6 +1581,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn authorities_are_written_with_brackets_and_without_default_ports() {
+        assert_eq!(authority_of("example.com", 443, 443), "example.com");
+        assert_eq!(authority_of("example.com", 8443, 443), "example.com:8443");
+        assert_eq!(authority_of("::1", 8443, 443), "[::1]:8443");
+        assert_eq!(authority_of("[::1]", 80, 80), "[::1]");
+        assert_eq!(authority_of("127.0.0.1", 80, 443), "127.0.0.1:80");
+    }
 
     #[test]
     fn authorities_split_with_defaults() {

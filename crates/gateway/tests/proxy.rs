@@ -1227,3 +1227,137 @@ async fn no_other_protocol_switch_passes() {
     );
     assert!(!out.contains("PRI * HTTP/2.0"), "{out}");
 }
+
+/// An HTTP/2 client (the h2 crate, as hyper uses it) through the proxy: CONNECT, TLS
+/// trusting the harness's bundle with ALPN `h2`, then the HTTP/2 handshake. For what curl
+/// cannot do: curl reads an upload's stdin blocking, so it never sees an early answer.
+async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::Bytes> {
+    use rustls::pki_types::pem::PemObject;
+    let port = h.ports[host];
+    let mut tcp = TcpStream::connect(h.proxy).await.unwrap();
+    tcp.write_all(
+        format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "the proxy closed");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(&h.ca_pem).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upload_that_stops_is_answered_408_and_recorded() {
+    // With a credential every TLS host is intercepted; h2open.test speaks HTTP/2.
+    let h = harness_with(true, false, short_limits()).await;
+    let sender = h2_client(&h, "h2open.test").await;
+    let request = http::Request::builder()
+        .method("PUT")
+        .uri(format!(
+            "https://h2open.test:{}/upload",
+            h.ports["h2open.test"]
+        ))
+        .header("content-length", "100")
+        .body(())
+        .unwrap();
+    // The headers go out, then not one byte of the 100.
+    let (response, _body) = sender
+        .ready()
+        .await
+        .unwrap()
+        .send_request(request, false)
+        .unwrap();
+    let response = tokio::time::timeout(std::time::Duration::from_secs(5), response)
+        .await
+        .expect("an answer within the idle limit")
+        .unwrap();
+    assert_eq!(response.status(), 408);
+    assert_eq!(response.headers()["x-capgate-reason"], "limit_exceeded");
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(String::from_utf8_lossy(&text).contains("request body stopped arriving"));
+    let events = recorded(&h);
+    assert!(
+        events.iter().any(|e| e.reason == Reason::LimitExceeded
+            && e.method.as_deref() == Some("PUT")
+            && e.path.as_deref() == Some("/upload")),
+        "{events:?}"
+    );
+    // The upstream saw the stream start and end without its body.
+    let seen = h.seen["h2open.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen.iter().all(|r| !r.contains("(body 100 bytes)")),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_the_client_resets_stop_at_once() {
+    // Default limits: a stalled stream would wait 120 s. 64 streams (the most one
+    // connection may run) start uploads and stop; the client resets them all. Their
+    // tasks must end at once, or the next 64 streams would be refused for lack of room.
+    let h = harness(true).await;
+    let sender = h2_client(&h, "h2open.test").await;
+    let port = h.ports["h2open.test"];
+    let mut stalled = Vec::new();
+    for i in 0..64 {
+        let request = http::Request::builder()
+            .method("PUT")
+            .uri(format!("https://h2open.test:{port}/slow/{i}"))
+            .body(())
+            .unwrap();
+        let mut ready = sender.clone().ready().await.unwrap();
+        stalled.push(ready.send_request(request, false).unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for (_, send) in &mut stalled {
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    drop(stalled);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut answers = Vec::new();
+    for i in 0..64 {
+        let request = http::Request::builder()
+            .uri(format!("https://h2open.test:{port}/after/{i}"))
+            .body(())
+            .unwrap();
+        let mut ready = sender.clone().ready().await.unwrap();
+        answers.push(ready.send_request(request, true).unwrap().0);
+    }
+    for answer in answers {
+        let response = tokio::time::timeout(std::time::Duration::from_secs(10), answer)
+            .await
+            .expect("answered")
+            .expect("not refused");
+        assert_eq!(response.status(), 200);
+    }
+}
