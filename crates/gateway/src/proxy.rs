@@ -10,7 +10,6 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,7 +21,7 @@ use capgate_policy::{
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::timeout;
 
 use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
@@ -33,52 +32,61 @@ use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
 
 /// The grant phase the gateway enforces; the runner switches it from install to runtime
-/// before the workload starts.
+/// before the workload starts. Long-lived relays watch it (see [`Gateway::until_revoked`]).
 #[derive(Debug)]
-pub struct PhaseSwitch(AtomicU8);
+pub struct PhaseSwitch(watch::Sender<Phase>);
 
 impl PhaseSwitch {
     pub fn new(phase: Phase) -> PhaseSwitch {
-        PhaseSwitch(AtomicU8::new(Self::code(phase)))
-    }
-
-    fn code(phase: Phase) -> u8 {
-        match phase {
-            Phase::Install => 0,
-            Phase::Runtime => 1,
-        }
+        PhaseSwitch(watch::Sender::new(phase))
     }
 
     pub fn get(&self) -> Phase {
-        if self.0.load(Ordering::Acquire) == 0 {
-            Phase::Install
-        } else {
-            Phase::Runtime
-        }
+        *self.0.borrow()
     }
 
     pub fn set(&self, phase: Phase) {
-        self.0.store(Self::code(phase), Ordering::Release);
+        self.0.send_if_modified(|current| {
+            let changed = *current != phase;
+            *current = phase;
+            changed
+        });
+    }
+
+    fn changes(&self) -> watch::Receiver<Phase> {
+        self.0.subscribe()
     }
 }
 
 /// The compiled rules in force; replaced as a whole when the store changes.
 #[derive(Debug)]
-pub struct PolicyView(RwLock<Arc<Matcher>>);
+pub struct PolicyView {
+    matcher: RwLock<Arc<Matcher>>,
+    /// Counts replacements, for the relays that re-decide on every change.
+    replaced: watch::Sender<u64>,
+}
 
 impl PolicyView {
     pub fn new(matcher: Matcher) -> PolicyView {
-        PolicyView(RwLock::new(Arc::new(matcher)))
+        PolicyView {
+            matcher: RwLock::new(Arc::new(matcher)),
+            replaced: watch::Sender::new(0),
+        }
     }
 
     pub fn current(&self) -> Option<Arc<Matcher>> {
-        self.0.read().ok().map(|m| Arc::clone(&m))
+        self.matcher.read().ok().map(|m| Arc::clone(&m))
     }
 
     pub fn replace(&self, matcher: Matcher) {
-        if let Ok(mut m) = self.0.write() {
+        if let Ok(mut m) = self.matcher.write() {
             *m = Arc::new(matcher);
         }
+        self.replaced.send_modify(|n| *n += 1);
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 }
 
@@ -317,6 +325,40 @@ impl Gateway {
                 message: exfil.message(host),
                 inspect: false,
             },
+        }
+    }
+
+    /// Resolves, with the new verdict, once the grant that let a long-lived relay start
+    /// (an opaque tunnel, a SOCKS connection, a WebSocket) no longer holds: the decision is
+    /// taken again at every phase switch and every rule change. An opaque relay (`http`
+    /// is `None`) is also revoked when its host now needs inspection. So a connection
+    /// opened under install grants does not carry on into the runtime phase.
+    pub(crate) async fn until_revoked(
+        &self,
+        target: &Target,
+        port: u16,
+        http: Option<HttpRequest>,
+    ) -> Verdict {
+        let mut phase = self.cfg().phase.changes();
+        let mut rules = self.cfg().policy.changes();
+        let opaque = http.is_none();
+        loop {
+            // The senders live as long as the gateway, which outlives its relays.
+            tokio::select! {
+                Ok(()) = phase.changed() => {}
+                Ok(()) = rules.changed() => {}
+                else => std::future::pending::<()>().await,
+            }
+            let v = self.decide(target, port, http.clone());
+            if !v.is_allowed() {
+                return v;
+            }
+            if opaque && v.inspect {
+                return Verdict::refused(
+                    Reason::InspectionRequired,
+                    "the host's rules changed: only some requests are granted now, and this connection cannot be inspected",
+                );
+            }
         }
     }
 
@@ -717,11 +759,19 @@ impl Gateway {
         };
         let _ = up.set_nodelay(true);
         stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
-        let (a, b) =
-            tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024)
-                .await
-                .unwrap_or((0, 0));
-        self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
+        let relay = tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024);
+        let Some(target) = target_of(host) else {
+            return Ok(());
+        };
+        tokio::select! {
+            relayed = relay => {
+                let (a, b) = relayed.unwrap_or((0, 0));
+                self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
+            }
+            revoked = self.until_revoked(&target, port, None) => {
+                self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
+            }
+        }
         Ok(())
     }
 
@@ -1067,12 +1117,20 @@ impl Gateway {
         };
         if response.status == 101 {
             return self
-                .switch_to_websocket(client, buf, upstream, &response, websocket, (&host, port))
+                .switch_to_websocket(
+                    client,
+                    buf,
+                    upstream,
+                    &response,
+                    websocket,
+                    (&target, &host, port, &path),
+                )
                 .await
-                .map(|relayed| {
-                    let (v, bytes) = match relayed {
-                        Some((up, down)) => (verdict, (bytes_up + up, down)),
-                        None => (
+                .map(|switched| {
+                    let (v, bytes) = match switched {
+                        Switched::Relayed((up, down)) => (verdict, (bytes_up + up, down)),
+                        Switched::Revoked(v, (up, down)) => (v, (bytes_up + up, down)),
+                        Switched::Refused => (
                             Verdict::refused(
                                 Reason::InvalidTarget,
                                 "the upstream switched protocols without a WebSocket upgrade asked and accepted",
@@ -1189,7 +1247,7 @@ impl Gateway {
     /// answers the client with the upgrade and relays the connection's bytes both ways
     /// until either side closes (the frames are not HTTP requests: the upgrade request
     /// was judged, and the connection ends with the WebSocket). Any other switch is a 502.
-    /// Returns the bytes relayed up and down after the heads, or `None` when refused.
+    /// Returns how it ended, with the bytes relayed up and down after the heads.
     async fn switch_to_websocket<C: Io>(
         &self,
         client: &mut C,
@@ -1197,10 +1255,10 @@ impl Gateway {
         upstream: &mut Option<Upstream>,
         response: &ResponseHead,
         asked: bool,
-        (host, port): (&str, u16),
-    ) -> std::io::Result<Option<(u64, u64)>> {
+        (target, host, port, path): (&Target, &str, u16, &str),
+    ) -> std::io::Result<Switched> {
         let Some(mut up) = upstream.take() else {
-            return Ok(None);
+            return Ok(Switched::Refused);
         };
         if !asked || !h1::is_websocket_accept(response) {
             let body = format!(
@@ -1211,7 +1269,7 @@ impl Gateway {
                 &respond::plain(502, Reason::InvalidTarget, &body, true),
             )
             .await?;
-            return Ok(None);
+            return Ok(Switched::Refused);
         }
         let mut headers = response.headers.clone();
         h1::strip_hop_by_hop(&mut headers);
@@ -1229,7 +1287,7 @@ impl Gateway {
                 ),
             )
             .await?;
-            return Ok(None);
+            return Ok(Switched::Refused);
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
@@ -1238,10 +1296,20 @@ impl Gateway {
         let up_early = early.len() as u64;
         stall::writing(self.cfg().limits.idle_timeout, up.stream.write_all(early)).await?;
         early.clear();
-        let (a, b) = tokio::io::copy_bidirectional(client, &mut up.stream)
-            .await
-            .unwrap_or((0, 0));
-        Ok(Some((up_early + a, down_early + b)))
+        let relay = tokio::io::copy_bidirectional(client, &mut up.stream);
+        let request = HttpRequest {
+            method: Method::Get,
+            path: path.to_owned(),
+        };
+        Ok(tokio::select! {
+            relayed = relay => {
+                let (a, b) = relayed.unwrap_or((0, 0));
+                Switched::Relayed((up_early + a, down_early + b))
+            }
+            revoked = self.until_revoked(target, port, Some(request)) => {
+                Switched::Revoked(revoked, (up_early, down_early))
+            }
+        })
     }
 
     async fn read_response(&self, up: &mut Upstream, method: &str) -> Result<ResponseHead, String> {
@@ -1312,6 +1380,16 @@ impl Gateway {
             Err(_) => Err("the TLS handshake timed out".to_owned()),
         }
     }
+}
+
+/// How a `101` ended.
+enum Switched {
+    /// Not a WebSocket upgrade asked and accepted: answered 502.
+    Refused,
+    /// Relayed until a side closed; the bytes up and down.
+    Relayed((u64, u64)),
+    /// Cut when the grant stopped holding (phase switch or rule change): the new verdict.
+    Revoked(Verdict, (u64, u64)),
 }
 
 /// The upstream connection of a client connection, kept while requests go to one host.

@@ -98,15 +98,19 @@ impl Gateway {
         };
         let _ = upstream.set_nodelay(true);
         reply(&mut client, REP_OK).await?;
-        let bytes = tokio::io::copy_bidirectional_with_sizes(
+        let relay = tokio::io::copy_bidirectional_with_sizes(
             &mut client,
             &mut upstream,
             64 * 1024,
             64 * 1024,
-        )
-        .await
-        .unwrap_or((0, 0));
-        self.record(&name, port, &verdict, bytes);
+        );
+        tokio::select! {
+            relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
+            // A connection opened under install grants ends when they stop holding.
+            revoked = self.until_revoked(&target, port, None) => {
+                self.record(&name, port, &revoked, (0, 0));
+            }
+        }
         Ok(())
     }
 }

@@ -224,6 +224,7 @@ fn big_body(len: usize) -> String {
 
 struct Harness {
     _dir: tempfile::TempDir,
+    gw: Gateway,
     audit: Arc<AuditWriter>,
     store: std::path::PathBuf,
     proxy: SocketAddr,
@@ -269,7 +270,8 @@ fn rule(
 /// Upstreams: `plain.test` (HTTP), `api.test`, `other.test`, `secure.test` (HTTPS), and
 /// `h2.test`, `h2open.test` (HTTPS offering HTTP/2). Rules: plain.test, secure.test and
 /// h2open.test allowed; api.test and h2.test only `GET /repos/**`; `denied.test` allowed
-/// but also denied; other.test allowed. The credential is injected on api.test and h2.test.
+/// but also denied; other.test allowed; `install.test` (HTTP) allowed in the install phase
+/// only. The credential is injected on api.test and h2.test.
 async fn harness(with_credential: bool) -> Harness {
     harness_with(with_credential, false, Limits::default()).await
 }
@@ -291,6 +293,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
         ("sink.test", false),
         ("h2.test", true),
         ("h2open.test", true),
+        ("install.test", false),
     ] {
         let cfg = tls.then(|| {
             let cfg = up_ca.server_config_for(name).unwrap();
@@ -329,6 +332,10 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
             Some(vec!["/repos/**"]),
         ),
         rule("r3", Decision::Deny, &["denied.test"], None, None),
+        Rule {
+            phase: Some(Phase::Install),
+            ..rule("r4", Decision::Allow, &["install.test"], None, None)
+        },
     ];
     let mut rules = rules;
     if allow_everything {
@@ -393,11 +400,12 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
     let socks_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = socks_listener.local_addr().unwrap();
     let gw = Gateway::new(cfg);
-    let gw2 = gw.clone();
-    tokio::spawn(async move { gw.serve_http(listener).await });
+    let (gw1, gw2) = (gw.clone(), gw.clone());
+    tokio::spawn(async move { gw1.serve_http(listener).await });
     tokio::spawn(async move { gw2.serve_socks(socks_listener).await });
     Harness {
         _dir: dir,
+        gw,
         audit,
         store,
         proxy,
@@ -1360,4 +1368,87 @@ async fn http2_streams_the_client_resets_stop_at_once() {
             .expect("not refused");
         assert_eq!(response.status(), 200);
     }
+}
+
+/// An opaque tunnel to `host` through the proxy, checked with one request through it.
+async fn open_tunnel(h: &Harness, host: &str) -> TcpStream {
+    let port = h.ports[host];
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(
+        format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_until(&mut s, "\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        tunnel_request(&mut s, host)
+            .await
+            .contains(&format!("hello from {host}"))
+    );
+    s
+}
+
+/// One request through an open tunnel; the response up to its body's newline.
+async fn tunnel_request(s: &mut TcpStream, host: &str) -> String {
+    s.write_all(format!("GET /t HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    read_until(s, &format!("hello from {host}\n")).await
+}
+
+/// Reads until `end` (or the end of the stream, or 5 s).
+async fn read_until(s: &mut TcpStream, end: &str) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !got.ends_with(end.as_bytes()) {
+        match tokio::time::timeout_at(deadline, s.read(&mut byte)).await {
+            Ok(Ok(1)) => got.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnels_granted_for_install_only_close_when_the_runtime_phase_begins() {
+    let h = harness(false).await;
+    h.gw.phase().set(Phase::Install);
+    let mut install_only = open_tunnel(&h, "install.test").await;
+    let mut every_phase = open_tunnel(&h, "plain.test").await;
+    h.gw.phase().set(Phase::Runtime);
+    // The install-only tunnel is closed (its process could otherwise carry install grants
+    // into the workload's phase); the other one still carries requests.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        install_only.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?} {rest:?}");
+    assert!(
+        tunnel_request(&mut every_phase, "plain.test")
+            .await
+            .contains("hello from plain.test")
+    );
+    // A new tunnel to the install-only host is refused now.
+    let port = h.ports["install.test"];
+    let out = raw_exchange(
+        &h,
+        format!("CONNECT install.test:{port} HTTP/1.1\r\nHost: install.test:{port}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    let events = recorded(&h);
+    assert!(
+        // The cut tunnel (it had carried bytes), not only the refused CONNECT.
+        events.iter().any(|e| e.host == "install.test"
+            && e.decision == Decision::Deny
+            && e.reason == Reason::NoMatchingAllow
+            && e.phase == Some(Phase::Runtime)
+            && e.bytes_up > 0),
+        "{events:?}"
+    );
 }
