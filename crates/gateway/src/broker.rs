@@ -133,10 +133,15 @@ impl Broker {
     /// refuses a sentinel of a credential that is not injected here; then, on a TLS upstream
     /// only (a secret never travels in clear), writes each applicable credential's header.
     /// Returns the services injected.
+    ///
+    /// A sentinel is looked for, in any letter case, in the method, the target (as sent and
+    /// percent-decoded once and twice), every header name, and every header value except
+    /// the header its credential is injected into here.
     pub fn apply(
         &self,
         host: &str,
         phase: Phase,
+        method: &str,
         target: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
@@ -149,23 +154,36 @@ impl Broker {
             Vec::new()
         };
         let allowed = |service: &str| injected_here.iter().any(|i| i.service == service);
+        let decoded = percent_decode(target.as_bytes());
+        let targets = [
+            target.as_bytes().to_vec(),
+            percent_decode(&decoded),
+            decoded,
+        ];
         for (sentinel, service) in &self.sentinels {
-            if target.contains(sentinel.as_str()) {
-                return Err(Exfiltration {
+            let sentinel = sentinel.as_bytes();
+            let refuse = |place: String| {
+                Err(Exfiltration {
                     service: service.clone(),
-                    place: "the request target".to_owned(),
-                });
+                    place,
+                })
+            };
+            if contains(method.as_bytes(), sentinel) {
+                return refuse("the request method".to_owned());
+            }
+            if targets.iter().any(|t| contains(t, sentinel)) {
+                return refuse("the request target".to_owned());
             }
             for h in headers.iter() {
-                if contains(&h.value, sentinel.as_bytes()) {
+                if contains(h.name.as_bytes(), sentinel) {
+                    return refuse("a header name".to_owned());
+                }
+                if contains(&h.value, sentinel) {
                     let header_is_replaced = injected_here
                         .iter()
                         .any(|i| i.service == *service && h.is(&i.header));
                     if !(allowed(service) && header_is_replaced) {
-                        return Err(Exfiltration {
-                            service: service.clone(),
-                            place: format!("the `{}` header", h.name),
-                        });
+                        return refuse(format!("the `{}` header", h.name));
                     }
                 }
             }
@@ -190,8 +208,34 @@ impl Broker {
     }
 }
 
+/// Whether `needle` occurs in `haystack`, ASCII letters compared without case.
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// `%HH` escapes decoded (other bytes, and malformed escapes, kept as they are).
+fn percent_decode(input: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        if input[i] == b'%'
+            && let (Some(Some(hi)), Some(Some(lo))) = (
+                input.get(i + 1).map(|&b| hex(b)),
+                input.get(i + 2).map(|&b| hex(b)),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(input[i]);
+        i += 1;
+    }
+    out
 }
 
 /// Standard base64 with padding.
@@ -268,20 +312,80 @@ mod tests {
     }
 
     #[test]
+    fn a_sentinel_is_found_in_every_place_and_spelling() {
+        let b = broker();
+        let refused = |method: &str, target: &str, headers: Vec<Header>| {
+            let mut h = headers;
+            b.apply("evil.example", Phase::Runtime, method, target, &mut h, true)
+                .err()
+                .map(|e| e.place)
+        };
+        // Each disguise next to its harmless twin.
+        for (what, method, target, headers) in [
+            ("method", "SENTINEL-GH", "/", vec![]),
+            ("encoded target", "GET", "/?t=%53ENTINEL%2DGH", vec![]),
+            (
+                "twice-encoded target",
+                "GET",
+                "/?t=%2553ENTINEL%252DGH",
+                vec![],
+            ),
+            ("lower-case target", "GET", "/?t=sentinel-gh", vec![]),
+            (
+                "header name",
+                "GET",
+                "/",
+                vec![Header::new("X-SENTINEL-GH", "1")],
+            ),
+            (
+                "lower-case header value",
+                "GET",
+                "/",
+                vec![Header::new("X-A", "sentinel-gh")],
+            ),
+        ] {
+            assert!(refused(method, target, headers).is_some(), "{what}");
+        }
+        for (what, method, target, headers) in [
+            ("method", "GET", "/", vec![]),
+            ("encoded target", "GET", "/?t=%53ENTINEL%2DGX", vec![]),
+            ("malformed escape", "GET", "/?t=%zz%5", vec![]),
+            ("header", "GET", "/", vec![Header::new("X-SENTINEL", "GH")]),
+        ] {
+            assert_eq!(refused(method, target, headers), None, "{what}");
+        }
+        assert_eq!(percent_decode(b"a%41%4a%zz%4"), b"aAJ%zz%4");
+    }
+
+    #[test]
     fn sentinel_is_swapped_on_the_inject_domain() {
         let b = broker();
         assert!(b.intercepts("api.github.com", Phase::Runtime));
         assert!(!b.intercepts("api.github.com", Phase::Install));
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert_eq!(
-            b.apply("api.github.com", Phase::Runtime, "/user", &mut h, true)
-                .unwrap(),
+            b.apply(
+                "api.github.com",
+                Phase::Runtime,
+                "GET",
+                "/user",
+                &mut h,
+                true
+            )
+            .unwrap(),
             vec!["github"]
         );
         assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
         let mut h = vec![];
-        b.apply("uploads.github.com", Phase::Runtime, "/", &mut h, true)
-            .unwrap();
+        b.apply(
+            "uploads.github.com",
+            Phase::Runtime,
+            "GET",
+            "/",
+            &mut h,
+            true,
+        )
+        .unwrap();
         assert_eq!(
             auth(&h).as_deref(),
             Some("Bearer ghp_real"),
@@ -294,13 +398,13 @@ mod tests {
         let b = broker();
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         let e = b
-            .apply("evil.example", Phase::Runtime, "/", &mut h, true)
+            .apply("evil.example", Phase::Runtime, "GET", "/", &mut h, true)
             .unwrap_err();
         assert_eq!(e.service, "github");
         assert!(e.message("evil.example").contains("not injected"));
         let mut h = vec![Header::new("X-Leak", "SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "/", &mut h, true)
+            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, true)
                 .is_err(),
             "only the injected header may carry it"
         );
@@ -309,6 +413,7 @@ mod tests {
             b.apply(
                 "evil.example",
                 Phase::Runtime,
+                "GET",
                 "/?t=SENTINEL-GH",
                 &mut h,
                 true
@@ -318,7 +423,7 @@ mod tests {
         // In the wrong phase the inject domain is just another host.
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Install, "/", &mut h, true)
+            b.apply("api.github.com", Phase::Install, "GET", "/", &mut h, true)
                 .is_err()
         );
     }
@@ -328,18 +433,18 @@ mod tests {
         let b = broker();
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "/", &mut h, false)
+            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, false)
                 .is_err(),
             "never swapped over cleartext"
         );
         let mut h = vec![];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "/", &mut h, false)
+            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, false)
                 .unwrap()
                 .is_empty()
         );
         let mut h = vec![];
-        b.apply("git.example.com", Phase::Install, "/", &mut h, true)
+        b.apply("git.example.com", Phase::Install, "GET", "/", &mut h, true)
             .unwrap();
         assert_eq!(auth(&h).as_deref(), Some("Basic YWdlbnQ6cHc="));
         assert!(!format!("{b:?}").contains("ghp_real"));

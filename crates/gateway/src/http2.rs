@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use capgate_policy::{HttpRequest, Method, Reason, Target, Verdict};
+use capgate_policy::{Reason, Target, Verdict};
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -196,11 +196,7 @@ impl Tunnel {
             return;
         };
         let host = target_name(&target);
-        let request = HttpRequest {
-            method: Method::parse(&method).unwrap_or(Method::Any),
-            path: path.clone(),
-        };
-        match self.prepare(parts, &target, &host, request, &path_and_query) {
+        match self.prepare(parts, &target, &host, &path, &path_and_query) {
             Ok((forward, verdict)) => {
                 let (verdict, bytes) = match self.relay(forward, body, &mut respond).await {
                     Ok(bytes) => (verdict, bytes),
@@ -234,7 +230,7 @@ impl Tunnel {
         parts: http::request::Parts,
         target: &Target,
         host: &str,
-        request: HttpRequest,
+        path: &str,
         path_and_query: &str,
     ) -> Result<(Request<()>, Verdict), (u16, Verdict, String)> {
         let names_tunnel_host = |authority: &str| {
@@ -267,12 +263,12 @@ impl Tunnel {
             })
             .map(|(name, value)| Header::new(name.as_str(), value.as_bytes()))
             .collect();
-        let what = format!("{} {host}{}", parts.method, request.path);
+        let what = format!("{} {host}{path}", parts.method);
         let verdict = self.gw.judge(
             target,
             host,
             self.port,
-            request,
+            (parts.method.as_str(), path),
             path_and_query,
             &mut headers,
             true,

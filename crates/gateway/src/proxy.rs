@@ -288,7 +288,8 @@ impl Gateway {
         }
     }
 
-    /// Decides one HTTP request to `host` (normalized from `target`) and lets the broker
+    /// Decides one HTTP request (`method`, normalized `path`) to `host` (normalized from
+    /// `target`) and lets the broker
     /// judge and rewrite its headers: the policy's verdict, or the broker's refusal of a
     /// sentinel sent where its credential is not injected. `tls_upstream`: the request
     /// leaves over TLS (a secret is never written into a cleartext request).
@@ -301,11 +302,15 @@ impl Gateway {
         target: &Target,
         host: &str,
         port: u16,
-        request: HttpRequest,
+        (method, path): (&str, &str),
         path_and_query: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
     ) -> Verdict {
+        let request = HttpRequest {
+            method: Method::parse(method).unwrap_or(Method::Any),
+            path: path.to_owned(),
+        };
         let verdict = self.decide(target, port, Some(request));
         if !verdict.is_allowed() {
             return verdict;
@@ -314,7 +319,7 @@ impl Gateway {
         match self
             .cfg()
             .broker
-            .apply(host, phase, path_and_query, headers, tls_upstream)
+            .apply(host, phase, method, path_and_query, headers, tls_upstream)
         {
             Ok(_) => verdict,
             Err(exfil) => Verdict {
@@ -938,17 +943,13 @@ impl Gateway {
             return Ok(false);
         };
         let host = target_name(&target);
-        let method = Method::parse(&head.method).unwrap_or(Method::Any);
         let what = format!("{} {host}{path}", head.method);
         let tls_upstream = tls_to.is_some();
         let verdict = self.judge(
             &target,
             &host,
             port,
-            HttpRequest {
-                method,
-                path: path.clone(),
-            },
+            (&head.method, &path),
             path_and_query,
             &mut head.headers,
             tls_upstream,

@@ -1452,3 +1452,33 @@ async fn tunnels_granted_for_install_only_close_when_the_runtime_phase_begins() 
         "{events:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disguised_sentinel_is_refused_too() {
+    let h = harness(true).await;
+    let encoded: String = SENTINEL.bytes().map(|b| format!("%{b:02X}")).collect();
+    let plain = url(&h, "https", "other.test", "/x");
+    let header = format!("X-{SENTINEL}: 1");
+    let query = url(&h, "https", "other.test", &format!("/x?t={encoded}"));
+    for (what, args) in [
+        ("as the method", vec!["-X", SENTINEL, plain.as_str()]),
+        ("percent-encoded in the query", vec![query.as_str()]),
+        (
+            "in a header name",
+            vec!["-H", header.as_str(), plain.as_str()],
+        ),
+    ] {
+        let mut all = vec!["-i"];
+        all.extend(args);
+        let (_, out) = curl(&h, &all).await;
+        assert!(
+            out.contains("403") && out.contains("credential_exfiltration"),
+            "{what}: {out}"
+        );
+    }
+    assert!(h.seen["other.test"].lock().unwrap().requests.is_empty());
+    // The twin: the same request without the sentinel passes.
+    let (code, out) = curl(&h, &[&url(&h, "https", "other.test", "/x?t=plain")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from other.test"), "{out}");
+}
