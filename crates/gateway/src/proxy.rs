@@ -1073,6 +1073,21 @@ impl Gateway {
                             idle.as_secs()
                         ),
                     ),
+                    // Only the client's body can be malformed or end early (the decoder
+                    // and the reads are on its side).
+                    None if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+                    ) =>
+                    {
+                        (
+                            400,
+                            Reason::MalformedRequest,
+                            format!(
+                                "capgate refused the request: its body is malformed or ended early ({e})\nreason: malformed_request\n"
+                            ),
+                        )
+                    }
                     None => (
                         502,
                         Reason::InvalidTarget,
@@ -1081,10 +1096,14 @@ impl Gateway {
                         ),
                     ),
                 };
-                if reason == Reason::LimitExceeded {
-                    let v = Verdict::refused(reason, e.to_string());
-                    self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
-                }
+                let v = Verdict::refused(reason, e.to_string());
+                self.audit_verdict(
+                    &host,
+                    port,
+                    &v,
+                    Some((&head.method, &path)),
+                    (out.len() as u64, 0),
+                );
                 let _ = stall::writing(
                     idle,
                     client.write_all(&respond::plain(status, reason, &body, true)),
@@ -1105,6 +1124,11 @@ impl Gateway {
                 Ok(r) => break r,
                 Err(message) => {
                     *upstream = None;
+                    let v = Verdict::refused(
+                        Reason::InvalidTarget,
+                        format!("no usable response: {message}"),
+                    );
+                    self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (bytes_up, 0));
                     let body =
                         format!("capgate got no usable response from {host}:{port}: {message}\n");
                     self.send(

@@ -1482,3 +1482,30 @@ async fn a_disguised_sentinel_is_refused_too() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("hello from other.test"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_body_is_a_400_and_recorded() {
+    let h = harness(false).await;
+    let port = h.ports["plain.test"];
+    let bad = format!(
+        "POST http://plain.test:{port}/up HTTP/1.1\r\nHost: plain.test:{port}\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n"
+    );
+    let out = raw_exchange(&h, bad.as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 400") && out.contains("X-Capgate-Reason: malformed_request"),
+        "{out}"
+    );
+    // The twin: a well-formed chunked body passes.
+    let good = format!(
+        "POST http://plain.test:{port}/up HTTP/1.1\r\nHost: plain.test:{port}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nxx\r\n0\r\n\r\n"
+    );
+    let out = raw_exchange(&h, good.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let events = recorded(&h);
+    assert!(
+        events.iter().any(|e| e.reason == Reason::MalformedRequest
+            && e.method.as_deref() == Some("POST")
+            && e.path.as_deref() == Some("/up")),
+        "{events:?}"
+    );
+}
