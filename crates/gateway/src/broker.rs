@@ -129,14 +129,23 @@ impl Broker {
         !self.sentinels.is_empty()
     }
 
+    /// The service whose sentinel occurs (in any letter case) in `bytes`, if any: for the
+    /// places no credential is ever injected into, like a host name.
+    pub fn sentinel_in(&self, bytes: &[u8]) -> Option<&str> {
+        self.sentinels
+            .iter()
+            .find(|(sentinel, _)| contains(bytes, sentinel.as_bytes()))
+            .map(|(_, service)| service.as_str())
+    }
+
     /// Judges and rewrites one request to `host` (normalized, port stripped) in `phase`:
     /// refuses a sentinel of a credential that is not injected here; then, on a TLS upstream
     /// only (a secret never travels in clear), writes each applicable credential's header.
     /// Returns the services injected.
     ///
     /// A sentinel is looked for, in any letter case, in the method, the target (as sent and
-    /// percent-decoded once and twice), every header name, and every header value except
-    /// the header its credential is injected into here.
+    /// after each of up to four rounds of percent-decoding), every header name, and every
+    /// header value except the header its credential is injected into here.
     pub fn apply(
         &self,
         host: &str,
@@ -154,12 +163,19 @@ impl Broker {
             Vec::new()
         };
         let allowed = |service: &str| injected_here.iter().any(|i| i.service == service);
-        let decoded = percent_decode(target.as_bytes());
-        let targets = [
-            target.as_bytes().to_vec(),
-            percent_decode(&decoded),
-            decoded,
-        ];
+        // The target as sent and as each round of percent-decoding leaves it (until nothing
+        // changes, at most 4 rounds); nothing to decode without sentinels or escapes.
+        let mut targets = vec![target.as_bytes().to_vec()];
+        while !self.sentinels.is_empty() && targets.len() <= 4 {
+            let Some(last) = targets.last().filter(|t| t.contains(&b'%')) else {
+                break;
+            };
+            let next = percent_decode(last);
+            if &next == last {
+                break;
+            }
+            targets.push(next);
+        }
         for (sentinel, service) in &self.sentinels {
             let sentinel = sentinel.as_bytes();
             let refuse = |place: String| {

@@ -133,6 +133,10 @@ impl Gateway {
                 .iter()
                 .any(|&p| self.decide_connection(&target, p).decision == Decision::Allow);
         let name = crate::proxy::target_name(&target);
+        if let Some(refused) = self.sentinel_in_host(&name) {
+            self.record(&name, 53, &refused, (0, 0));
+            return Some(response(query, &q, RCODE_NXDOMAIN, &[]));
+        }
         if !allowed {
             let v = capgate_policy::Verdict::refused(
                 Reason::NoMatchingAllow,

