@@ -142,6 +142,11 @@ where
         return;
     };
     while let Some(Ok((request, mut respond))) = conn.accept().await {
+        // `h2once.test` serves one stream per connection, then says GOAWAY (as nginx does
+        // at its keepalive_requests).
+        if name == "h2once.test" {
+            conn.graceful_shutdown();
+        }
         let seen = Arc::clone(&seen);
         tokio::spawn(async move {
             let (parts, mut body) = request.into_parts();
@@ -294,6 +299,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
         ("h2.test", true),
         ("h2open.test", true),
         ("install.test", false),
+        ("h2once.test", true),
     ] {
         let cfg = tls.then(|| {
             let cfg = up_ca.server_config_for(name).unwrap();
@@ -320,6 +326,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
                 "denied.test",
                 "sink.test",
                 "h2open.test",
+                "h2once.test",
             ],
             None,
             None,
@@ -1534,4 +1541,54 @@ async fn a_sentinel_in_a_host_name_is_refused_even_under_a_wildcard_grant() {
     // The twin: the host without it.
     let (code, out) = curl(&h, &[&url(&h, "https", "other.test", "/x")]).await;
     assert_eq!(code, 0, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_says_goaway_sends_the_client_to_a_new_connection() {
+    // h2once.test serves one stream per connection. The client's next stream on the same
+    // connection must not get a 502 (clients do not retry those): it is refused
+    // (REFUSED_STREAM) or the connection is closed with GOAWAY, and a new connection
+    // works.
+    let h = harness(true).await;
+    let port = h.ports["h2once.test"];
+    let get = |i: u32| {
+        http::Request::builder()
+            .uri(format!("https://h2once.test:{port}/n/{i}"))
+            .body(())
+            .unwrap()
+    };
+    let sender = h2_client(&h, "h2once.test").await;
+    let (first, _) = sender
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(get(1), true)
+        .unwrap();
+    assert_eq!(first.await.unwrap().status(), 200);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = match sender.clone().ready().await {
+        Ok(mut ready) => match ready.send_request(get(2), true) {
+            Ok((answer, _)) => tokio::time::timeout(std::time::Duration::from_secs(5), answer)
+                .await
+                .expect("an answer"),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    match second {
+        Ok(response) => panic!("a response on the old connection: {}", response.status()),
+        Err(e) => assert!(
+            e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM),
+            "{e:?}"
+        ),
+    }
+    let fresh = h2_client(&h, "h2once.test").await;
+    let (answer, _) = fresh
+        .ready()
+        .await
+        .unwrap()
+        .send_request(get(3), true)
+        .unwrap();
+    assert_eq!(answer.await.unwrap().status(), 200);
 }
