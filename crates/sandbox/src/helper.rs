@@ -327,22 +327,49 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS;
-    let pid = match sys::clone_into_namespaces(flags) {
+    // A v2 cgroup: the init is born into it where the kernel can (no migration, no wait);
+    // elsewhere it is added by pid after the clone.
+    let v2_dir = cg.dirs.iter().find(|d| !cg.v1.contains(d));
+    let v2_fd = v2_dir.and_then(|d| std::fs::File::open(d).ok());
+    let (forked, born_in_v2) = match &v2_fd {
+        Some(fd) => match sys::clone_into_namespaces_and_cgroup(flags, fd.as_fd()) {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
+                ) =>
+            {
+                (sys::clone_into_namespaces(flags), false)
+            }
+            other => (other, true),
+        },
+        None => (sys::clone_into_namespaces(flags), false),
+    };
+    let pid = match forked {
         Ok(Forked::Child) => {
             drop(release_w);
+            drop(v2_fd);
             init_main(ctl, release_r, spec, &host, &root, &cg)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
             remove_cgroups(&mut k, &cg.dirs);
-            let msg = format!("clone: {e}; {}", namespaces_hint());
+            let msg = match v2_dir.filter(|_| born_in_v2) {
+                Some(dir) => format!(
+                    "clone into the cgroup `{}`: {e}; {}",
+                    dir.display(),
+                    namespaces_hint()
+                ),
+                None => format!("clone: {e}; {}", namespaces_hint()),
+            };
             return Err((ctl, RemoteError::setup(Step::Namespaces, msg)));
         }
     };
     drop(release_r);
+    drop(v2_fd);
     if let Err(e) = apply_all(
         &mut k,
-        &plan::helper_effects_after_clone(pid.as_raw(), &maps, &cg),
+        &plan::helper_effects_after_clone(pid.as_raw(), &maps, &cg, born_in_v2),
     ) {
         let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);

@@ -580,6 +580,7 @@ pub(crate) fn helper_effects_after_clone(
     pid: i32,
     maps: &IdMaps,
     cgroups: &cgroup::Plan,
+    born_in_v2: bool,
 ) -> Vec<(Step, Effect)> {
     let mut out = vec![(Step::IdMap, Effect::DenySetgroups { pid })];
     for (kind, ranges) in [(IdKind::Uid, &maps.uid), (IdKind::Gid, &maps.gid)] {
@@ -593,7 +594,9 @@ pub(crate) fn helper_effects_after_clone(
             },
         ));
     }
-    for dir in cgroups.dirs.iter().filter(|d| !cgroups.v1.contains(d)) {
+    // v2: added by pid, unless the clone already put the init there (CLONE_INTO_CGROUP).
+    let v2 = cgroups.dirs.iter().filter(|d| !cgroups.v1.contains(d));
+    for dir in v2.filter(|_| !born_in_v2) {
         out.push((
             Step::Cgroup,
             Effect::CgroupAddProcess {
@@ -757,10 +760,14 @@ mod tests {
 
     /// Runs the whole start choreography (helper, then init) against the recorder.
     fn recorded(mode: WorkspaceMode) -> Vec<Effect> {
-        recorded_with(mode, cgroup::Version::V1)
+        recorded_with(mode, cgroup::Version::V1, false)
     }
 
-    fn recorded_with(mode: WorkspaceMode, version: cgroup::Version) -> Vec<Effect> {
+    fn recorded_with(
+        mode: WorkspaceMode,
+        version: cgroup::Version,
+        born_in_v2: bool,
+    ) -> Vec<Effect> {
         let s = spec(mode);
         let maps = idmap::choose(0, 0, Some("root"), None, None).unwrap();
         let base = match version {
@@ -779,7 +786,7 @@ mod tests {
         let mut k = Recorder::default();
         for (_, e) in helper_effects_before_clone(&cg, true)
             .into_iter()
-            .chain(helper_effects_after_clone(42, &maps, &cg))
+            .chain(helper_effects_after_clone(42, &maps, &cg, born_in_v2))
             .chain(init_effects(
                 &s,
                 &host(),
@@ -877,8 +884,18 @@ mod tests {
     }
 
     #[test]
+    fn an_init_born_into_its_v2_cgroup_is_not_moved_again() {
+        let fx = recorded_with(WorkspaceMode::Copy, cgroup::Version::V2, true);
+        assert!(fx.iter().any(|e| matches!(e, Effect::CgroupWrite { .. })));
+        assert!(!fx.iter().any(|e| matches!(
+            e,
+            Effect::CgroupAddProcess { .. } | Effect::CgroupJoinSelf(_)
+        )));
+    }
+
+    #[test]
     fn the_helper_adds_the_init_to_a_v2_cgroup_before_it_is_released() {
-        let fx = recorded_with(WorkspaceMode::Copy, cgroup::Version::V2);
+        let fx = recorded_with(WorkspaceMode::Copy, cgroup::Version::V2, false);
         let limit = position(&fx, |e| matches!(e, Effect::CgroupWrite { .. }));
         let join = position(&fx, |e| {
             matches!(e, Effect::CgroupAddProcess { pid: 42, .. })
