@@ -1592,3 +1592,47 @@ async fn an_upstream_that_says_goaway_sends_the_client_to_a_new_connection() {
         .unwrap();
     assert_eq!(answer.await.unwrap().status(), 200);
 }
+
+/// A DNS query for `name` (A, recursion desired); returns the response's RCODE.
+async fn dns_rcode(server: SocketAddr, name: &str) -> u8 {
+    let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        query.push(u8::try_from(label.len()).unwrap());
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.send_to(&query, server).await.unwrap();
+    let mut reply = [0u8; 512];
+    let (n, _) = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        socket.recv_from(&mut reply),
+    )
+    .await
+    .expect("a DNS answer")
+    .unwrap();
+    assert!(n >= 12 && reply[..2] == [0x12, 0x34]);
+    reply[3] & 0x0f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_in_a_dns_question_or_socks_host_is_refused_and_recorded() {
+    // `**` allows every host, so only the sentinel check stands in the way.
+    let h = harness_with(true, true, Limits::default()).await;
+    let dns = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let dns_addr = dns.local_addr().unwrap();
+    let gw = h.gw.clone();
+    tokio::spawn(async move { gw.serve_dns(dns).await });
+    let leaky = format!("{SENTINEL}.other.test");
+    assert_eq!(dns_rcode(dns_addr, &leaky).await, 3, "NXDOMAIN");
+    // The twin: a name without it is answered.
+    assert_eq!(dns_rcode(dns_addr, "other.test").await, 0);
+    let (code, out) = curl_socks(&h, &format!("http://{leaky}/")).await;
+    assert_ne!(code, 0, "{out}");
+    let exfil: Vec<u16> = recorded(&h)
+        .iter()
+        .filter(|e| e.reason == Reason::CredentialExfiltration)
+        .map(|e| e.port)
+        .collect();
+    assert!(exfil.contains(&53) && exfil.contains(&80), "{exfil:?}");
+}
