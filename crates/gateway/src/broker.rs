@@ -234,17 +234,14 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// `%HH` escapes decoded (other bytes, and malformed escapes, kept as they are).
 fn percent_decode(input: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| char::from(b).to_digit(16);
+    let hex = |at: usize| input.get(at).copied().and_then(crate::h1::hex_value);
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;
     while i < input.len() {
         if input[i] == b'%'
-            && let (Some(Some(hi)), Some(Some(lo))) = (
-                input.get(i + 1).map(|&b| hex(b)),
-                input.get(i + 2).map(|&b| hex(b)),
-            )
+            && let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2))
         {
-            out.push((hi * 16 + lo) as u8);
+            out.push(hi * 16 + lo);
             i += 3;
             continue;
         }

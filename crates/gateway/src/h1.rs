@@ -1481,7 +1481,8 @@ fn percent_escapes_ok(target: &[u8]) -> bool {
     true
 }
 
-fn hex_value(b: u8) -> Option<u8> {
+/// The value of one hexadecimal digit.
+pub(crate) fn hex_value(b: u8) -> Option<u8> {
     char::from(b)
         .to_digit(16)
         .and_then(|d| u8::try_from(d).ok())

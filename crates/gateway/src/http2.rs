@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::proxy::{Gateway, authority_of, split_authority, target_name, target_of};
+use crate::proxy::{Gateway, authority_of, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
 
@@ -84,7 +84,9 @@ where
 /// What every stream of one tunnel shares.
 struct Tunnel {
     gw: Gateway,
-    /// The CONNECT host (normalized; an IPv6 literal without brackets), and its port.
+    /// The CONNECT target, its normalized name (an IPv6 literal without brackets), and its
+    /// port.
+    target: Target,
     host: String,
     port: u16,
     upstream: SendRequest<Bytes>,
@@ -97,8 +99,13 @@ struct Tunnel {
 /// streams' tasks are aborted and the upstream connection is closed when it returns. When
 /// the upstream connection ends first, the client is sent GOAWAY, so it opens a new
 /// connection instead of getting a 502 for every later stream.
-pub(crate) async fn serve<C>(gw: &Gateway, io: C, host: &str, port: u16, upstream: Upstream)
-where
+pub(crate) async fn serve<C>(
+    gw: &Gateway,
+    io: C,
+    (target, host): (&Target, &str),
+    port: u16,
+    upstream: Upstream,
+) where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let Upstream { sender, mut ended } = upstream;
@@ -117,6 +124,7 @@ where
     };
     let tunnel = Arc::new(Tunnel {
         gw: gw.clone(),
+        target: target.clone(),
         host: host.to_owned(),
         port,
         upstream: sender,
@@ -189,28 +197,13 @@ impl Tunnel {
             .to_owned();
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
         let what = Some((method.as_str(), path.as_str()));
-        let Some(target) = target_of(&self.host) else {
-            let verdict = Verdict::refused(
-                Reason::InvalidTarget,
-                format!("`{}` is not a host capgate can judge", self.host),
-            );
-            answer(
-                &mut respond,
-                400,
-                verdict.reason,
-                "capgate: the tunnel's host cannot be judged\n",
-            );
-            self.gw
-                .audit_verdict(&self.host, self.port, &verdict, what, (0, 0));
-            return;
-        };
-        let host = target_name(&target);
-        match self.prepare(parts, &target, &host, &path, &path_and_query) {
+        let host = self.host.as_str();
+        match self.prepare(parts, &path, &path_and_query) {
             Ok((forward, verdict)) => {
                 // Aborted with its connection, the stream is still recorded.
                 let mut unfinished = Unfinished {
                     gw: &self.gw,
-                    host: &host,
+                    host,
                     port: self.port,
                     what: (method.as_str(), path.as_str()),
                     armed: true,
@@ -231,12 +224,12 @@ impl Tunnel {
                     }
                 };
                 self.gw
-                    .audit_verdict(&host, self.port, &verdict, what, bytes);
+                    .audit_verdict(host, self.port, &verdict, what, bytes);
             }
             Err((status, verdict, text)) => {
                 answer(&mut respond, status, verdict.reason, &text);
                 self.gw
-                    .audit_verdict(&host, self.port, &verdict, what, (0, 0));
+                    .audit_verdict(host, self.port, &verdict, what, (0, 0));
                 // A request body still on its way is read and dropped, so the stream
                 // ends cleanly instead of being reset under the client's answer.
                 drain(body, self.gw.limits().idle_timeout).await;
@@ -249,11 +242,10 @@ impl Tunnel {
     fn prepare(
         &self,
         parts: http::request::Parts,
-        target: &Target,
-        host: &str,
         path: &str,
         path_and_query: &str,
     ) -> Result<(Request<()>, Verdict), (u16, Verdict, String)> {
+        let (target, host) = (&self.target, self.host.as_str());
         let names_tunnel_host = |authority: &str| {
             split_authority(authority, self.port)
                 .is_some_and(|(h, p)| p == self.port && target_of(&h).as_ref() == Some(target))

@@ -710,9 +710,10 @@ impl Gateway {
         self.send(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await?;
         if intercept {
-            self.intercept(client, &host, port, vetted, leftover).await
+            self.intercept(client, (&target, &host), port, vetted, leftover)
+                .await
         } else {
-            self.tunnel(client, &host, port, vetted, leftover, &verdict)
+            self.tunnel(client, (&target, &host), port, vetted, leftover, &verdict)
                 .await
         }
     }
@@ -721,7 +722,7 @@ impl Gateway {
     async fn tunnel(
         &self,
         client: &mut TcpStream,
-        host: &str,
+        (target, host): (&Target, &str),
         port: u16,
         vetted: SocketAddr,
         mut peeked: Vec<u8>,
@@ -794,15 +795,12 @@ impl Gateway {
         let _ = up.set_nodelay(true);
         stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
         let relay = tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024);
-        let Some(target) = target_of(host) else {
-            return Ok(());
-        };
         tokio::select! {
             relayed = relay => {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
             }
-            revoked = self.until_revoked(&target, port, None) => {
+            revoked = self.until_revoked(target, port, None) => {
                 self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
             }
         }
@@ -813,7 +811,7 @@ impl Gateway {
     async fn intercept(
         &self,
         client: &mut TcpStream,
-        host: &str,
+        (target, host): (&Target, &str),
         port: u16,
         vetted: SocketAddr,
         leftover: Vec<u8>,
@@ -884,19 +882,16 @@ impl Gateway {
             _ => return Ok(()),
         };
         if let Some(sender) = h2_upstream {
-            crate::http2::serve(self, tls, host, port, sender).await;
+            crate::http2::serve(self, tls, (target, host), port, sender).await;
             return Ok(());
         }
         let mut buf = Vec::with_capacity(8 * 1024);
-        let mut upstream: Option<Upstream> = match (early, target_of(host)) {
-            (Some(up), Some(target)) => Some(Upstream {
-                key: (target_name(&target), port, true),
-                stream: Box::new(up),
-                buf: Vec::with_capacity(4 * 1024),
-                pipe: None,
-            }),
-            _ => None,
-        };
+        let mut upstream: Option<Upstream> = early.map(|up| Upstream {
+            key: (host.to_owned(), port, true),
+            stream: Box::new(up),
+            buf: Vec::with_capacity(4 * 1024),
+            pipe: None,
+        });
         let mut first = true;
         loop {
             let Some(head) = self.next_request(&mut tls, &mut buf, &mut first).await? else {
@@ -909,7 +904,7 @@ impl Gateway {
                     path_and_query,
                     ..
                 } if split_authority(authority, port)
-                    .is_some_and(|(h, p)| p == port && target_of(&h) == target_of(host)) =>
+                    .is_some_and(|(h, p)| p == port && target_of(&h).as_ref() == Some(target)) =>
                 {
                     path_and_query.clone()
                 }
@@ -1134,11 +1129,9 @@ impl Gateway {
                     Some((&head.method, &path)),
                     (out.len() as u64, 0),
                 );
-                let _ = stall::writing(
-                    idle,
-                    client.write_all(&respond::plain(status, reason, &body, true)),
-                )
-                .await;
+                let _ = self
+                    .send(client, &respond::plain(status, reason, &body, true))
+                    .await;
                 return Ok(false);
             }
         };
@@ -1249,7 +1242,7 @@ impl Gateway {
             Framing::Length(n) if n > SPLICE_MIN => {
                 relay_length(n, &mut out, up, client, &self.cfg().limits.h1, idle).await
             }
-            framing => match stall::writing(idle, client.write_all(&out)).await {
+            framing => match self.send(client, &out).await {
                 Ok(()) => {
                     relay_body(
                         framing,

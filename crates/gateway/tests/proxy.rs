@@ -1166,15 +1166,8 @@ async fn websocket_handshake(h: &Harness, host: &str, port: u16) -> (TcpStream, 
         "GET http://{host}:{port}/ws HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     );
     s.write_all(request.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut byte).await.unwrap() == 0 {
-            break;
-        }
-        head.push(byte[0]);
-    }
-    (s, String::from_utf8_lossy(&head).into_owned())
+    let head = read_until(&mut s, "\r\n\r\n").await;
+    (s, head)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1248,24 +1241,7 @@ async fn no_other_protocol_switch_passes() {
 /// cannot do: curl reads an upload's stdin blocking, so it never sees an early answer.
 async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::Bytes> {
     use rustls::pki_types::pem::PemObject;
-    let port = h.ports[host];
-    let mut tcp = TcpStream::connect(h.proxy).await.unwrap();
-    tcp.write_all(
-        format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "the proxy closed");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let tcp = connect_through(h, host).await;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(&h.ca_pem).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -1379,6 +1355,17 @@ async fn http2_streams_the_client_resets_stop_at_once() {
 
 /// An opaque tunnel to `host` through the proxy, checked with one request through it.
 async fn open_tunnel(h: &Harness, host: &str) -> TcpStream {
+    let mut s = connect_through(h, host).await;
+    assert!(
+        tunnel_request(&mut s, host)
+            .await
+            .contains(&format!("hello from {host}"))
+    );
+    s
+}
+
+/// A CONNECT to `host` through the proxy, answered 200.
+async fn connect_through(h: &Harness, host: &str) -> TcpStream {
     let port = h.ports[host];
     let mut s = TcpStream::connect(h.proxy).await.unwrap();
     s.write_all(
@@ -1388,11 +1375,6 @@ async fn open_tunnel(h: &Harness, host: &str) -> TcpStream {
     .unwrap();
     let answer = read_until(&mut s, "\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        tunnel_request(&mut s, host)
-            .await
-            .contains(&format!("hello from {host}"))
-    );
     s
 }
 
