@@ -52,7 +52,7 @@ done
 
 for i in $(seq "$TRACES"); do
     strace -f -ttt --seccomp-bpf \
-        -e trace=execve,clone,clone3,openat,pivot_root,sendmsg,exit_group \
+        -e trace=execve,clone,clone3,openat,pivot_root,sendmsg,recvmsg,exit_group \
         -o "$WORK/traces/run-$i.txt" "$CAPGATE" run -- /bin/true
 done
 

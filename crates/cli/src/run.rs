@@ -17,8 +17,8 @@ use capgate_policy::audit::{LogQuery, Timestamp, events};
 use capgate_policy::{Decision, Phase};
 use capgate_resolve::Plan;
 use capgate_sandbox::{
-    EtcFiles, HelperCommand, ListenerKind, ListenerSpec, RunCommand, Sandbox, SandboxError,
-    SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
+    EtcFiles, HelperCommand, ListenerKind, ListenerSpec, Prepared, RunCommand, Sandbox,
+    SandboxError, SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
 };
 use capgate_spec::caps::Capability;
 use capgate_spec::caps::lifecycle::Lifecycle;
@@ -292,6 +292,14 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
 }
 
 pub fn run(args: &RunArgs) -> Result<u8> {
+    // The helper starts first: its exec and its reading of the host overlap with resolving
+    // the kits and configuring the gateway. A failure to start it is reported where the
+    // sandbox would start; if the run ends before that, dropping it ends the helper.
+    let helper = HelperCommand {
+        exe: std::env::current_exe().context("cannot find the capgate executable")?,
+        args: vec![OsString::from("__sandbox")],
+    };
+    let prepared = Sandbox::prepare(&helper);
     let ephemeral = args.name.is_none();
     let name = args.name.clone().unwrap_or_else(random_name);
     let kits = if args.kits.is_empty() {
@@ -313,7 +321,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let outcome = run_provisioned(args, &name, &plan, &store);
+    let outcome = run_provisioned(args, (&name, &plan), &store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Ok(dir) = SandboxDir::of(&name) {
@@ -325,9 +333,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
 fn run_provisioned(
     args: &RunArgs,
-    name: &str,
-    plan: &Plan,
+    (name, plan): (&str, &Plan),
     store: &capgate_policy::Store,
+    prepared: Result<Prepared, SandboxError>,
 ) -> Result<u8> {
     let started = Timestamp::now();
     let dir = SandboxDir::of(name)?;
@@ -411,11 +419,7 @@ fn run_provisioned(
             kind: ListenerKind::Udp,
         },
     ];
-    let helper = HelperCommand {
-        exe: std::env::current_exe().context("cannot find the capgate executable")?,
-        args: vec![OsString::from("__sandbox")],
-    };
-    let (mut sandbox, fds) = match Sandbox::start(&spec, &helper) {
+    let (mut sandbox, fds) = match prepared.and_then(|p| p.start(&spec)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("capgate: the sandbox could not start: {e}");

@@ -61,6 +61,9 @@ pub fn helper_main(args: Vec<OsString>) -> ExitCode {
         }
     };
     sys::ignore_terminal_signals();
+    // The caller may start the helper before it knows the spec (`Sandbox::prepare`): what
+    // does not depend on the spec is read while it works out the rest.
+    let facts = HostFacts::read();
     let spec = match proto::recv::<Request>(ctl.as_fd()) {
         Ok(Some((Request::Start { version, spec }, _))) if version == proto::VERSION => spec,
         Ok(Some((Request::Start { version, .. }, _))) => {
@@ -75,7 +78,7 @@ pub fn helper_main(args: Vec<OsString>) -> ExitCode {
         }
         Ok(_) | Err(_) => return ExitCode::from(2),
     };
-    match run_helper(ctl, &spec) {
+    match run_helper(ctl, &spec, facts) {
         Ok(code) => code,
         Err((ctl, e)) => {
             fail(&ctl, e);
@@ -115,6 +118,38 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(path)
+}
+
+/// What the helper reads of the host whatever the spec says.
+struct HostFacts {
+    uid: u32,
+    gid: u32,
+    user: Option<String>,
+    subuid: Option<String>,
+    subgid: Option<String>,
+    mountinfo: String,
+    self_cgroup: String,
+    swap_kb: u64,
+    host: HostView,
+}
+
+impl HostFacts {
+    fn read() -> HostFacts {
+        let uid = nix::unistd::getuid().as_raw();
+        HostFacts {
+            uid,
+            gid: nix::unistd::getgid().as_raw(),
+            user: user_name(uid),
+            subuid: idmap::read_optional(Path::new("/etc/subuid")),
+            subgid: idmap::read_optional(Path::new("/etc/subgid")),
+            mountinfo: std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+            self_cgroup: std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            swap_kb: cgroup::swap_total_kb(
+                &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+            ),
+            host: HostView::read(),
+        }
+    }
 }
 
 /// Host-side preparation: directories the mounts need.
@@ -217,7 +252,7 @@ fn remove_cgroups(k: &mut Linux, dirs: &[PathBuf]) -> bool {
     clean
 }
 
-fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
+fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResult<ExitCode> {
     macro_rules! tryh {
         ($e:expr) => {
             match $e {
@@ -230,16 +265,24 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
         spec.validate()
             .map_err(|e| RemoteError::setup(Step::Request, e))
     );
-    let uid = nix::unistd::getuid().as_raw();
-    let gid = nix::unistd::getgid().as_raw();
-    let name = user_name(uid);
+    let HostFacts {
+        uid,
+        gid,
+        user,
+        subuid,
+        subgid,
+        mountinfo,
+        self_cgroup,
+        swap_kb,
+        host,
+    } = facts;
     let maps = tryh!(
         idmap::choose(
             uid,
             gid,
-            name.as_deref(),
-            idmap::read_optional(Path::new("/etc/subuid")).as_deref(),
-            idmap::read_optional(Path::new("/etc/subgid")).as_deref(),
+            user.as_deref(),
+            subuid.as_deref(),
+            subgid.as_deref(),
         )
         .map_err(|explanation| RemoteError::Unavailable {
             feature: "a second mapped id (root inside)".into(),
@@ -249,8 +292,6 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
     tryh!(prepare_state(spec));
 
     // cgroups.
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let layout = cgroup::detect(&mountinfo, &self_cgroup, |p| {
         std::fs::read_to_string(p.join("cgroup.controllers")).ok()
     });
@@ -272,8 +313,6 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
     );
     tryh!(clear_stale_cgroups(&cg.dirs, &spec.name));
     let mut k = Linux::default();
-    let swap_kb =
-        cgroup::swap_total_kb(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
     let before = plan::helper_effects_before_clone(&cg, uid == 0);
     for (step, effect) in &before {
         match k.apply(effect) {
@@ -312,7 +351,6 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec) -> HelperResult<ExitCode> {
     }
 
     let warnings_before_clone = cg.warnings.len();
-    let host = HostView::read();
     let root = spec.state_dir.join("root");
     let (release_r, release_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(p) => p,
@@ -615,6 +653,7 @@ fn spawn(
                 release: None,
                 stdio: Some(stdio),
                 landlock: init.landlock_for_child(),
+                seccomp: init.seccomp.clone(),
                 ..Linux::default()
             };
             for (i, effect) in effects.iter().enumerate() {

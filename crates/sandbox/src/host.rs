@@ -24,34 +24,20 @@ fn os(action: &'static str) -> impl Fn(std::io::Error) -> SandboxError {
     move |source| SandboxError::Os { action, source }
 }
 
-impl Sandbox {
-    /// Starts the sandbox's namespaces and filesystem (no workload yet) by exec'ing the
-    /// helper, and returns the listeners created inside its network namespace (in the order
-    /// of `spec.listeners`) for the gateway to accept on.
-    pub fn start(
-        spec: &SandboxSpec,
-        helper: &HelperCommand,
-    ) -> Result<(Sandbox, Vec<OwnedFd>), SandboxError> {
+/// A helper started before its spec is known ([`Sandbox::prepare`]): it reads the host
+/// (ids, cgroups, the `/etc` it copies) while the caller resolves kits and configures the
+/// gateway, so that its start-up costs no wall time. Dropping it ends the helper.
+#[derive(Debug)]
+pub struct Prepared(Sandbox);
+
+impl Prepared {
+    /// Sends the spec: the helper builds the sandbox's namespaces and filesystem (no
+    /// workload yet). Returns the listeners created inside its network namespace (in the
+    /// order of `spec.listeners`) for the gateway to accept on.
+    pub fn start(self, spec: &SandboxSpec) -> Result<(Sandbox, Vec<OwnedFd>), SandboxError> {
         spec.validate()?;
-        let (ours, theirs) = proto::pair().map_err(os("creating the control socket"))?;
-        let mut cmd = Command::new(&helper.exe);
-        cmd.args(&helper.args)
-            .arg("--ctl-fd")
-            .arg(CTL_FD.to_string())
-            .env_clear()
-            .stdin(Stdio::null());
-        sys::pass_fd_as(&mut cmd, theirs.as_raw_fd(), CTL_FD);
-        let child = cmd.spawn().map_err(|source| SandboxError::Spawn {
-            exe: helper.exe.clone(),
-            source,
-        })?;
-        drop(theirs);
-        let mut sandbox = Sandbox {
-            name: spec.name.clone(),
-            ctl: Some(ours),
-            helper: Some(child),
-            report: StartReport::default(),
-        };
+        let mut sandbox = self.0;
+        sandbox.name.clone_from(&spec.name);
         let request = Request::Start {
             version: proto::VERSION,
             spec: Box::new(spec.clone()),
@@ -87,6 +73,42 @@ impl Sandbox {
                 })
             }
         }
+    }
+}
+
+impl Sandbox {
+    /// Execs the helper (a fresh single-threaded process: never a fork of the caller, which
+    /// may be a multithreaded tokio program), ready for [`Prepared::start`].
+    pub fn prepare(helper: &HelperCommand) -> Result<Prepared, SandboxError> {
+        let (ours, theirs) = proto::pair().map_err(os("creating the control socket"))?;
+        let mut cmd = Command::new(&helper.exe);
+        cmd.args(&helper.args)
+            .arg("--ctl-fd")
+            .arg(CTL_FD.to_string())
+            .env_clear()
+            .stdin(Stdio::null());
+        sys::pass_fd_as(&mut cmd, theirs.as_raw_fd(), CTL_FD);
+        let child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+            exe: helper.exe.clone(),
+            source,
+        })?;
+        drop(theirs);
+        Ok(Prepared(Sandbox {
+            name: String::new(),
+            ctl: Some(ours),
+            helper: Some(child),
+            report: StartReport::default(),
+        }))
+    }
+
+    /// Starts the sandbox's namespaces and filesystem (no workload yet): [`Sandbox::prepare`]
+    /// then [`Prepared::start`].
+    pub fn start(
+        spec: &SandboxSpec,
+        helper: &HelperCommand,
+    ) -> Result<(Sandbox, Vec<OwnedFd>), SandboxError> {
+        spec.validate()?;
+        Sandbox::prepare(helper)?.start(spec)
     }
 
     /// What the start established (Landlock status, cgroups, warnings).

@@ -1,7 +1,8 @@
 //! capgate's Linux runner: a sandbox whose only exit is the host-side gateway.
 //!
-//! [`Sandbox::start`] execs a fresh helper process (never a fork of the caller, which may
-//! be a multithreaded tokio program). The helper creates the cgroup, clones the sandbox's
+//! [`Sandbox::prepare`] execs a fresh helper process (never a fork of the caller, which may
+//! be a multithreaded tokio program); it reads what it needs of the host while the caller
+//! works out the spec, which [`Prepared::start`] sends. The helper then creates the cgroup, clones the sandbox's
 //! init into new user, mount, pid, network, ipc and uts namespaces, writes the id maps,
 //! puts the init in the cgroup and releases it. The init builds a fresh root, brings up
 //! `lo`, creates the gateway's listeners inside the network namespace and passes them out,
@@ -51,7 +52,7 @@ mod sys;
 
 pub use error::{SandboxError, Step};
 pub use helper::helper_main;
-pub use host::Sandbox;
+pub use host::{Prepared, Sandbox};
 pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
 pub use report::{LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{

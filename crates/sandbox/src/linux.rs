@@ -35,6 +35,8 @@ pub(crate) struct Linux {
     pub release_notes: Vec<String>,
     /// The ruleset commands enter (made by `Effect::PrepareLandlock`).
     pub landlock: Option<RulesetCreated>,
+    /// The seccomp filters, compiled once by the init and inherited by each command.
+    pub seccomp: Option<crate::seccomp::Programs>,
 }
 
 impl Linux {
@@ -505,7 +507,13 @@ impl Kernel for Linux {
                 caps::set(None, CapSet::Permitted, &keep).map_err(caps_err)?;
             }
             Effect::Seccomp => {
-                let programs = crate::seccomp::compile().map_err(other)?;
+                if self.seccomp.is_none() {
+                    self.seccomp = Some(crate::seccomp::compile().map_err(other)?);
+                }
+                let programs = self
+                    .seccomp
+                    .as_ref()
+                    .ok_or_else(|| other("no seccomp filter"))?;
                 for program in &programs.0 {
                     seccompiler::apply_filter(program)
                         .map_err(|e| other(format!("seccomp: {e}")))?;

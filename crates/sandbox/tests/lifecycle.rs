@@ -184,3 +184,43 @@ fn the_sandbox_dies_with_its_helper() {
         "the caller removes what the helper could not"
     );
 }
+
+/// `capgate run` starts the helper before it knows the spec; a run that ends before the
+/// sandbox would start (a refused lock, a bad kit) drops it.
+#[test]
+fn a_prepared_helper_dropped_without_a_spec_leaves_nothing() {
+    let s = setup("life-prep-drop", WorkspaceMode::Copy);
+    let prepared = capgate_sandbox::Sandbox::prepare(&helper()).unwrap();
+    // Let it read the host and wait for the spec, then end it: the drop must return.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    drop(prepared);
+    assert!(
+        !s.spec.state_dir.exists(),
+        "a helper that never got a spec created its state directory"
+    );
+}
+
+#[test]
+fn a_prepared_helper_builds_the_sandbox_it_is_sent_later() {
+    let s = setup("life-prep-late", WorkspaceMode::Copy);
+    let prepared = capgate_sandbox::Sandbox::prepare(&helper()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (mut sandbox, listeners) = prepared.start(&s.spec).unwrap();
+    assert_eq!(listeners.len(), s.spec.listeners.len());
+    let out = sh(&mut sandbox, "cat /home/agent/workspace/README.md; id -u");
+    assert_eq!(out.stdout, "hello from the host\n1000\n", "{out:?}");
+    sandbox.stop().unwrap();
+}
+
+#[test]
+fn a_prepared_helper_refuses_an_invalid_spec_before_sending_it() {
+    let mut s = setup("life-prep-bad", WorkspaceMode::Copy);
+    s.spec.name = "../escape".into();
+    let prepared = capgate_sandbox::Sandbox::prepare(&helper()).unwrap();
+    let err = prepared.start(&s.spec).unwrap_err();
+    assert!(
+        matches!(err, capgate_sandbox::SandboxError::InvalidSpec { .. }),
+        "{err}"
+    );
+    assert!(!s.spec.state_dir.exists());
+}
