@@ -481,7 +481,7 @@ impl Gateway {
                     &host,
                     port,
                     &path,
-                    &mut upstream,
+                    (&mut upstream, &mut None),
                     None,
                 )
                 .await?;
@@ -851,13 +851,15 @@ impl Gateway {
         // HTTP/2 where it is clean: the client offered it and the upstream chose it. The
         // upstream is then dialled before the client's handshake ends, to learn its choice;
         // an HTTP/1.1 connection made that way serves the first request. A failed dial is
-        // left to the HTTP/1.1 path, which dials again and answers the failure.
+        // kept: the first request is judged as usual and, if allowed, answered with that
+        // failure (never a second dial, which would make the client wait twice).
         let offers_h2 = start
             .client_hello()
             .alpn()
             .is_some_and(|mut offered| offered.any(|p| p == b"h2"));
         let mut h2_upstream = None;
         let mut early = None;
+        let mut failed_dial = None;
         if offers_h2 {
             let config = Arc::clone(&self.inner.upstream_tls_h2);
             match self.dial_tls(host, vetted, config).await {
@@ -866,7 +868,7 @@ impl Gateway {
                     h2_upstream = crate::http2::connect_upstream(up, wait).await.ok();
                 }
                 Ok(up) => early = Some(up),
-                Err(_) => {}
+                Err(message) => failed_dial = Some(message),
             }
         }
         let config = if h2_upstream.is_some() {
@@ -926,7 +928,7 @@ impl Gateway {
                     host,
                     port,
                     &path,
-                    &mut upstream,
+                    (&mut upstream, &mut failed_dial),
                     Some(vetted),
                 )
                 .await?;
@@ -940,8 +942,10 @@ impl Gateway {
     }
 
     /// One request/response exchange. `tls_to` is the vetted address of an intercepted
-    /// host (the upstream leg is TLS); `None` for plain absolute-form forwarding. Returns
-    /// whether the client connection may carry another request.
+    /// host (the upstream leg is TLS); `None` for plain absolute-form forwarding. The
+    /// upstream is the connection's open one, if any, and the failure of a dial already
+    /// made for it (answered instead of dialling). Returns whether the client connection
+    /// may carry another request.
     #[expect(
         clippy::too_many_arguments,
         reason = "one exchange needs its connection state"
@@ -954,7 +958,7 @@ impl Gateway {
         raw_host: &str,
         port: u16,
         path_and_query: &str,
-        upstream: &mut Option<Upstream>,
+        (upstream, failed_dial): (&mut Option<Upstream>, &mut Option<String>),
         tls_to: Option<SocketAddr>,
     ) -> std::io::Result<bool> {
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
@@ -1008,7 +1012,11 @@ impl Gateway {
                     }
                 },
             };
-            match self.dial(&host, addr, tls_upstream).await {
+            let dialled = match failed_dial.take() {
+                Some(message) => Err(message),
+                None => self.dial(&host, addr, tls_upstream).await,
+            };
+            match dialled {
                 Ok(stream) => {
                     *upstream = Some(Upstream {
                         key,

@@ -237,6 +237,8 @@ struct Harness {
     ca_pem: std::path::PathBuf,
     ports: BTreeMap<&'static str, u16>,
     seen: BTreeMap<&'static str, Arc<Mutex<Seen>>>,
+    /// Connections `mute.test` accepted (it holds them open and never says a byte).
+    mute_accepted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn rule(
@@ -315,11 +317,25 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
         ports.insert(name, addr.port());
         seen.insert(name, s);
     }
+    let mute_accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        ports.insert("mute.test", mute.local_addr().unwrap().port());
+        let accepted = Arc::clone(&mute_accepted);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = mute.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+    }
     let rules = vec![
         rule(
             "r1",
             Decision::Allow,
             &[
+                "mute.test",
                 "plain.test",
                 "secure.test",
                 "other.test",
@@ -420,6 +436,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
         ca_pem,
         ports,
         seen,
+        mute_accepted,
     }
 }
 
@@ -1236,12 +1253,9 @@ async fn no_other_protocol_switch_passes() {
     assert!(!out.contains("PRI * HTTP/2.0"), "{out}");
 }
 
-/// An HTTP/2 client (the h2 crate, as hyper uses it) through the proxy: CONNECT, TLS
-/// trusting the harness's bundle with ALPN `h2`, then the HTTP/2 handshake. For what curl
-/// cannot do: curl reads an upload's stdin blocking, so it never sees an early answer.
-async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::Bytes> {
+/// A TLS client trusting what curl trusts in these tests, offering `alpn`.
+fn client_tls(h: &Harness, alpn: &[&[u8]]) -> rustls::ClientConfig {
     use rustls::pki_types::pem::PemObject;
-    let tcp = connect_through(h, host).await;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(&h.ca_pem).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -1249,7 +1263,16 @@ async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::By
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// An HTTP/2 client (the h2 crate, as hyper uses it) through the proxy: CONNECT, TLS
+/// trusting the harness's bundle with ALPN `h2`, then the HTTP/2 handshake. For what curl
+/// cannot do: curl reads an upload's stdin blocking, so it never sees an early answer.
+async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = connect_through(h, host).await;
+    let config = client_tls(h, &[b"h2"]);
     let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
@@ -1617,4 +1640,50 @@ async fn a_sentinel_in_a_dns_question_or_socks_host_is_refused_and_recorded() {
         .map(|e| e.port)
         .collect();
     assert!(exfil.contains(&53) && exfil.contains(&80), "{exfil:?}");
+}
+
+/// A client offering HTTP/2 makes the gateway dial an intercepted upstream during the
+/// handshake; when that dial fails, the first request gets its failure (502, recorded), and
+/// the gateway does not dial a second time (the client would wait out two timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_early_dial_is_answered_without_dialling_again() {
+    let limits = Limits {
+        upstream_timeout: std::time::Duration::from_millis(500),
+        ..Limits::default()
+    };
+    // With a credential every TLS host is intercepted; mute.test never completes TLS.
+    let h = harness_with(true, false, limits).await;
+    let tcp = connect_through(&h, "mute.test").await;
+    let config = client_tls(&h, &[b"h2", b"http/1.1"]);
+    let name = rustls::pki_types::ServerName::try_from("mute.test").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_ne!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let port = h.ports["mute.test"];
+    tls.write_all(format!("GET /x HTTP/1.1\r\nHost: mute.test:{port}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tls.read_to_end(&mut answer),
+    )
+    .await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains("the TLS handshake timed out"), "{answer}");
+    assert_eq!(
+        h.mute_accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the gateway dialled the upstream again"
+    );
+    let events = recorded(&h);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.host == "mute.test" && e.path.as_deref() == Some("/x")),
+        "{events:?}"
+    );
 }
