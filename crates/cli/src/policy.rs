@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use anyhow::{Context, Result, bail};
-use capgate_policy::audit::{LogQuery, log};
+use capgate_policy::audit::{LogQuery, Timestamp, log};
 use capgate_policy::decision::{HttpRequest, Query};
 use capgate_policy::pattern::{HostPattern, parse_target};
 use capgate_policy::presets::Preset;
@@ -168,8 +168,70 @@ pub struct LogArgs {
     sandbox: Option<String>,
     #[arg(long)]
     limit: Option<usize>,
+    /// Remove every sandbox's events recorded before WHEN (an RFC 3339 time such as
+    /// `2026-11-01T00:00:00Z`, or an age such as `30d`, `12h`, `45m`), print how many,
+    /// and record the prune (later listings say what is missing). The log is otherwise
+    /// append-only; freed space is reused by new events.
+    #[arg(long, value_name = "WHEN", value_parser = parse_when, conflicts_with_all = ["sandbox", "limit"])]
+    prune_before: Option<Timestamp>,
     #[arg(long)]
     json: bool,
+}
+
+/// An RFC 3339 time, or an age (`30d`, `12h`, `45m`) counted back from now.
+fn parse_when(s: &str) -> std::result::Result<Timestamp, String> {
+    if let Some(t) = Timestamp::parse(s) {
+        return Ok(t);
+    }
+    let unit_ms: i64 = match s.chars().last() {
+        Some('d') => 86_400_000,
+        Some('h') => 3_600_000,
+        Some('m') => 60_000,
+        _ => {
+            return Err(format!(
+                "`{s}` is neither an RFC 3339 time nor an age such as `30d`, `12h` or `45m`"
+            ));
+        }
+    };
+    let n: i64 = s[..s.len() - 1]
+        .parse()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| format!("`{s}`: the age must be a whole number before its unit (`30d`)"))?;
+    let back = n
+        .checked_mul(unit_ms)
+        .ok_or_else(|| format!("`{s}`: too far back"))?;
+    Ok(Timestamp::from_unix_millis(
+        Timestamp::now().unix_millis().saturating_sub(back),
+    ))
+}
+
+/// `--prune-before`: removes the events, says how many.
+fn prune_log(before: Timestamp, json: bool) -> Result<u8> {
+    let mut store = open_store()?;
+    let removed = capgate_policy::audit::prune(&mut store, before)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "pruned": removed, "before": before })
+            )?
+        );
+    } else {
+        println!(
+            "pruned {removed} event{} recorded before {before}",
+            if removed == 1 { "" } else { "s" }
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// The line that says what earlier prunes removed, if any.
+fn pruned_note(p: &capgate_policy::audit::Pruned) -> String {
+    format!(
+        "(events recorded before {} were pruned: {} removed, the last prune at {})",
+        p.before, p.events, p.at
+    )
 }
 
 pub fn run(cmd: &PolicyCommand) -> Result<u8> {
@@ -460,7 +522,11 @@ fn check(a: &CheckArgs) -> Result<u8> {
 }
 
 fn show_log(a: &LogArgs) -> Result<u8> {
+    if let Some(before) = a.prune_before {
+        return prune_log(before, a.json);
+    }
     let store = open_store()?;
+    let pruned = capgate_policy::audit::pruned(&store)?;
     let summaries = log(
         &store,
         &LogQuery {
@@ -472,7 +538,9 @@ fn show_log(a: &LogArgs) -> Result<u8> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "hosts": summaries }))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "hosts": summaries, "pruned": pruned })
+            )?
         );
         return Ok(exit::OK);
     }
@@ -511,12 +579,19 @@ fn show_log(a: &LogArgs) -> Result<u8> {
     if summaries.is_empty() {
         println!("no decisions recorded yet");
     }
+    if let Some(p) = &pruned {
+        println!("{}", pruned_note(p));
+    }
     Ok(exit::OK)
 }
 
 /// `capgate log`: audit events one by one, newest first.
 pub fn events_command(a: &LogArgs) -> Result<u8> {
+    if let Some(before) = a.prune_before {
+        return prune_log(before, a.json);
+    }
     let store = open_store()?;
+    let pruned = capgate_policy::audit::pruned(&store)?;
     let events = capgate_policy::audit::events(
         &store,
         &LogQuery {
@@ -528,7 +603,9 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "events": events }))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "events": events, "pruned": pruned })
+            )?
         );
         return Ok(exit::OK);
     }
@@ -551,6 +628,9 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
                 .map(|r| format!("  (rule {r})"))
                 .unwrap_or_default()
         );
+    }
+    if let Some(p) = &pruned {
+        println!("{}", pruned_note(p));
     }
     Ok(exit::OK)
 }

@@ -395,3 +395,57 @@ fn policy_log_groups_decisions_per_host_with_methods_and_paths() {
     assert_eq!(events[0]["host"], "evil.example");
     assert_eq!(events[0]["reason"], "no_matching_allow");
 }
+
+#[test]
+fn log_prune_before_an_age_removes_older_events_and_later_listings_say_so() {
+    let h = Home::new();
+    let db = h.dir().join("home/policy.db");
+    assert_eq!(h.run(&["policy", "ls"]).status.code(), Some(0));
+    let writer = AuditWriter::spawn(&db).unwrap();
+    let mut old = AuditEvent::new(
+        "s1",
+        "old.example",
+        443,
+        Decision::Deny,
+        Reason::NoMatchingAllow,
+    );
+    old.time = capgate_policy::audit::Timestamp::parse("2020-01-01T00:00:00Z").unwrap();
+    writer.record(old);
+    writer.record(AuditEvent::new(
+        "s1",
+        "new.example",
+        443,
+        Decision::Deny,
+        Reason::NoMatchingAllow,
+    ));
+    writer.flush().unwrap();
+
+    let (code, v) = h.json(&["log", "--prune-before", "30d", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["pruned"], 1);
+
+    let (code, v) = h.json(&["log", "--json"]);
+    assert_eq!(code, 0);
+    let hosts: Vec<&str> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["new.example"]);
+    assert_eq!(v["pruned"]["events"], 1, "{v}");
+    let listing = text(&h.run(&["policy", "log"]));
+    assert!(listing.contains("were pruned: 1 removed"), "{listing}");
+
+    // A bad age is a usage error that names the value; nothing is removed.
+    let out = h.run(&["log", "--prune-before", "30x"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("`30x`"), "{}", text(&out));
+    assert_eq!(
+        h.json(&["log", "--json"]).1["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

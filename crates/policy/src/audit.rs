@@ -30,7 +30,10 @@ use serde::Serialize;
 
 use crate::decision::Reason;
 use crate::rule::{Decision, Phase};
-use crate::store::{Store, StoreError, corrupt, decision_text, parse_decision, read_err};
+use crate::store::{
+    AUDIT_NO_DELETE_TRIGGER, Store, StoreError, corrupt, decision_text, parse_decision, read_err,
+    write_err,
+};
 
 /// The host of the synthetic event that counts events dropped because the writer's channel
 /// was full. It cannot be a real host name.
@@ -705,6 +708,94 @@ pub fn log(store: &Store, query: &LogQuery) -> Result<Vec<HostSummary>, StoreErr
         });
     }
     Ok(summaries)
+}
+
+/// What [`prune`] removed, as recorded in the store (the latest prune; counts add up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Events recorded before this time are gone.
+    pub before: Timestamp,
+    /// When the latest prune ran.
+    pub at: Timestamp,
+    /// Events removed by every prune so far.
+    pub events: u64,
+}
+
+/// Removes the events recorded before `before`: the one deliberate exception to the
+/// append-only log, for keeping its size bounded. In one transaction, the delete trigger
+/// is lifted, the rows deleted, the trigger restored, and the prune itself recorded (see
+/// [`pruned`]) so that `capgate log` says what is missing. Freed pages are reused by later
+/// events, so the file stops growing without a `VACUUM`. Returns what was removed now.
+pub fn prune(store: &mut Store, before: Timestamp) -> Result<u64, StoreError> {
+    let path = store.path().to_owned();
+    let err = write_err(&path, "prune the audit log");
+    let tx = store
+        .connection_mut()
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(write_err(&path, "prune the audit log"))?;
+    let removed = (|| {
+        let cut = before.to_string();
+        tx.execute_batch("DROP TRIGGER audit_no_delete")?;
+        let removed = tx.execute("DELETE FROM audit WHERE time < ?1", params![cut])?;
+        tx.execute_batch(AUDIT_NO_DELETE_TRIGGER)?;
+        let removed = u64::try_from(removed).unwrap_or(u64::MAX);
+        let earlier = read_pruned(&tx).ok().flatten();
+        let total = earlier
+            .as_ref()
+            .map_or(0, |p| p.events)
+            .saturating_add(removed);
+        // A later prune with an earlier cut does not bring events back: keep the latest cut.
+        let cut = earlier
+            .map(|p| p.before)
+            .filter(|b| *b > before)
+            .unwrap_or(before);
+        for (key, value) in [
+            ("audit_pruned_before", cut.to_string()),
+            ("audit_pruned_at", Timestamp::now().to_string()),
+            ("audit_pruned_events", total.to_string()),
+        ] {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+        }
+        Ok(removed)
+    })()
+    .map_err(err)?;
+    tx.commit()
+        .map_err(write_err(&path, "prune the audit log"))?;
+    Ok(removed)
+}
+
+/// What earlier prunes removed, if the log was ever pruned.
+pub fn pruned(store: &Store) -> Result<Option<Pruned>, StoreError> {
+    read_pruned(store.connection()).map_err(read_err(store.path(), "read the audit log"))
+}
+
+fn read_pruned(conn: &Connection) -> rusqlite::Result<Option<Pruned>> {
+    let value = |key: &str| -> rusqlite::Result<Option<String>> {
+        match conn.query_row(
+            "SELECT value FROM settings WHERE key = ?1",
+            params![key],
+            |r| r.get::<_, String>(0),
+        ) {
+            Ok(v) => Ok(Some(v)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let (Some(before), Some(at), Some(events)) = (
+        value("audit_pruned_before")?,
+        value("audit_pruned_at")?,
+        value("audit_pruned_events")?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Timestamp::parse(&before)
+        .zip(Timestamp::parse(&at))
+        .zip(events.parse().ok())
+        .map(|((before, at), events)| Pruned { before, at, events }))
 }
 
 /// Raw events, newest first.

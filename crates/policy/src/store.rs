@@ -39,6 +39,12 @@ pub const FILE_NAME: &str = "policy.db";
 /// counts the ones applied. A released entry is never edited: append a new one.
 pub const MIGRATIONS: &[&str] = &[MIGRATION_1];
 
+/// The trigger that keeps rows from being deleted, as version 1 creates it. Only
+/// [`crate::audit::prune`] lifts it, inside its own transaction.
+pub(crate) const AUDIT_NO_DELETE_TRIGGER: &str =
+    "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END";
+
 /// Version 1: rules, sandboxes, settings, and the append-only audit log.
 const MIGRATION_1: &str = r"
 CREATE TABLE rules (

@@ -247,14 +247,18 @@ fn the_audit_table_is_append_only() {
     assert!(delete.to_string().contains("append-only"), "{delete}");
     assert_eq!(all_events(&path).len(), 1);
 
-    // And no code path of the crate writes either statement against it.
-    for source in [
-        include_str!("../src/audit.rs"),
-        include_str!("../src/store.rs"),
-    ] {
-        let upper = source.to_uppercase();
-        assert!(!upper.contains("UPDATE AUDIT") && !upper.contains("DELETE FROM AUDIT"));
+    // And no code path of the crate updates it; one deletes from it: `audit::prune`, the
+    // explicit, recorded exception (see `after_a_prune_the_log_is_append_only_again`).
+    let (audit_rs, store_rs) = (
+        include_str!("../src/audit.rs").to_uppercase(),
+        include_str!("../src/store.rs").to_uppercase(),
+    );
+    for upper in [&audit_rs, &store_rs] {
+        assert!(!upper.contains("UPDATE AUDIT"));
     }
+    assert!(!store_rs.contains("DELETE FROM AUDIT"));
+    assert_eq!(audit_rs.matches("DELETE FROM AUDIT").count(), 1);
+    assert_eq!(audit_rs.matches("DROP TRIGGER").count(), 1);
 }
 
 #[test]
@@ -402,4 +406,86 @@ fn the_log_groups_per_host_and_decision_newest_first() {
     assert_eq!(raw[2].phase, Some(Phase::Runtime));
     assert_eq!(raw[2].rule_id.as_deref(), Some("r-aaaaaaaaaaaa"));
     assert_eq!(raw[2].method, None);
+}
+
+fn write_all(path: &Path, events: Vec<AuditEvent>) {
+    let writer = AuditWriter::spawn(path).unwrap();
+    for e in events {
+        writer.record(e);
+    }
+    writer.flush().unwrap();
+}
+
+#[test]
+fn pruning_removes_only_older_events_and_records_itself() {
+    let (_dir, path) = setup();
+    write_all(
+        &path,
+        vec![
+            at("2026-01-01T00:00:00Z", event("a", "old.example.com", 1)),
+            at("2026-02-01T00:00:00Z", event("b", "old.example.com", 2)),
+            at(
+                "2026-03-01T00:00:00.000Z",
+                event("a", "edge.example.com", 3),
+            ),
+            at("2026-04-01T00:00:00Z", event("b", "new.example.com", 4)),
+        ],
+    );
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(audit::pruned(&store).unwrap(), None);
+    let cut = Timestamp::parse("2026-03-01T00:00:00Z").unwrap();
+    assert_eq!(audit::prune(&mut store, cut).unwrap(), 2);
+    let hosts: Vec<String> = all_events(&path).into_iter().map(|e| e.host).collect();
+    // An event at exactly the cut stays.
+    assert_eq!(hosts, ["new.example.com", "edge.example.com"]);
+    let p = audit::pruned(&store).unwrap().unwrap();
+    assert_eq!((p.before, p.events), (cut, 2));
+
+    // A second prune with an earlier cut removes nothing and keeps the later cut.
+    let earlier = Timestamp::parse("2026-02-15T00:00:00Z").unwrap();
+    assert_eq!(audit::prune(&mut store, earlier).unwrap(), 0);
+    let p = audit::pruned(&store).unwrap().unwrap();
+    assert_eq!((p.before, p.events), (cut, 2));
+    // A later cut adds to the count.
+    let later = Timestamp::parse("2026-03-15T00:00:00Z").unwrap();
+    assert_eq!(audit::prune(&mut store, later).unwrap(), 1);
+    let p = audit::pruned(&store).unwrap().unwrap();
+    assert_eq!((p.before, p.events), (later, 3));
+}
+
+#[test]
+fn after_a_prune_the_log_is_append_only_again() {
+    let (_dir, path) = setup();
+    write_all(
+        &path,
+        vec![
+            at("2026-01-01T00:00:00Z", event("a", "old.example.com", 1)),
+            at("2026-04-01T00:00:00Z", event("a", "new.example.com", 2)),
+        ],
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let triggers = |c: &rusqlite::Connection| -> Vec<String> {
+        c.prepare("SELECT sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let before = triggers(&conn);
+    let mut store = Store::open(&path).unwrap();
+    audit::prune(
+        &mut store,
+        Timestamp::parse("2026-02-01T00:00:00Z").unwrap(),
+    )
+    .unwrap();
+    // The trigger is back, exactly as the schema made it.
+    assert_eq!(triggers(&conn), before);
+    let err = conn.execute("DELETE FROM audit", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    assert!(conn.execute("UPDATE audit SET host = 'x'", []).is_err());
+    assert_eq!(all_events(&path).len(), 1);
+    // New events still go in.
+    write_all(&path, vec![event("a", "later.example.com", 3)]);
+    assert_eq!(all_events(&path).len(), 2);
 }
