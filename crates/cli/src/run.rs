@@ -98,21 +98,10 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
+/// A size as kits write them (`512m`, `1.5g`, `2GiB`, `4096`; units are powers of 1024).
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mult) = match t.trim_end_matches(['b', 'i']).chars().last() {
-        Some('k') => (&t[..t.find('k').unwrap_or(t.len())], 1u64 << 10),
-        Some('m') => (&t[..t.find('m').unwrap_or(t.len())], 1 << 20),
-        Some('g') => (&t[..t.find('g').unwrap_or(t.len())], 1 << 30),
-        Some('t') => (&t[..t.find('t').unwrap_or(t.len())], 1 << 40),
-        _ => (t.as_str(), 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{s}` is not a size such as `512m` or `2g`"))
+    capgate_spec::caps::storage::size_in_bytes(s.trim())
+        .ok_or_else(|| format!("`{s}` is not a size such as `512m`, `1.5g` or `2GiB`"))
 }
 
 /// Writes the built-in kit into the data directory and returns its directory.
@@ -148,14 +137,23 @@ fn lifecycle(plan: &Plan) -> Option<Lifecycle> {
         })
 }
 
-fn memory_from_kits(plan: &Plan) -> Option<u64> {
-    plan.composed
+/// resources@1 `memory`, in bytes. A value that cannot be applied is an error, never a
+/// limit quietly left out.
+fn memory_from_kits(plan: &Plan) -> Result<Option<u64>, String> {
+    let memory = plan
+        .composed
         .entries
         .iter()
         .find_map(|e| match &e.capability {
-            Some(Capability::Resources(r)) => r.memory.as_deref().and_then(|m| parse_size(m).ok()),
+            Some(Capability::Resources(r)) => r.memory.clone(),
             _ => None,
-        })
+        });
+    match memory.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(m) => parse_size(m)
+            .map(Some)
+            .map_err(|e| format!("resources@1 memory: {e}")),
+    }
 }
 
 /// volume@1 and host-mount@1 as mounts: persistent directories under the data directory
@@ -402,7 +400,20 @@ fn run_provisioned(
     let envs = Environments::new(name, plan)?;
     spec.env = envs.baseline.clone();
     spec.limits.pids = args.pids;
-    spec.limits.memory = args.memory.or_else(|| memory_from_kits(plan));
+    spec.limits.memory = match (args.memory, memory_from_kits(plan)) {
+        (Some(m), _) => Some(m),
+        (None, Ok(m)) => m,
+        (None, Err(e)) if args.dangerously_skip_limits => {
+            eprintln!("capgate: WARNING: memory NOT limited (--dangerously-skip-limits): {e}");
+            None
+        }
+        (None, Err(e)) => {
+            eprintln!(
+                "capgate: the sandbox could not start: {e} (give --memory SIZE, or --dangerously-skip-limits to run without a memory limit)"
+            );
+            return Ok(125);
+        }
+    };
     spec.limits.skip_unavailable = args.dangerously_skip_limits;
     let addr = |s: &str| -> Result<SocketAddr> { Ok(s.parse()?) };
     spec.listeners = vec![
@@ -634,6 +645,7 @@ mod tests {
         assert_eq!(parse_size("2g"), Ok(2 << 30));
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
     }

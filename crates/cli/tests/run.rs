@@ -417,3 +417,46 @@ fn nothing_survives_the_run() {
     }
     assert!(ps.is_empty(), "a process outlived its sandbox: {ps}");
 }
+
+/// resources@1 memory in any form the kit grammar allows is applied; one that cannot be
+/// applied stops the run (125) instead of running without a limit.
+#[test]
+fn a_kit_memory_limit_is_applied_or_the_run_refused() {
+    let env = setup();
+    let kit = |memory: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{memory: \"{memory}\"}}\n"
+        )
+    };
+    std::fs::create_dir_all(env.path("frac")).unwrap();
+    std::fs::write(env.path("frac/kit.yaml"), kit("1.5g")).unwrap();
+    let frac = env.path("frac").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--kit",
+            &frac,
+            "--name",
+            "mem-frac",
+            "--",
+            "sh",
+            "-c",
+            "grep -E ':memory:|^0::' /proc/self/cgroup",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("capgate/mem-frac"),
+        "the workload is not in its own memory cgroup: {stdout}"
+    );
+
+    std::fs::create_dir_all(env.path("zero")).unwrap();
+    std::fs::write(env.path("zero/kit.yaml"), kit("0")).unwrap();
+    let zero = env.path("zero").display().to_string();
+    let o = env.capgate(&["run", "--kit", &zero, "--", "true"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(stderr.contains("resources@1 memory"), "{stderr}");
+}

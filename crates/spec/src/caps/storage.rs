@@ -73,6 +73,14 @@ fn size_bytes(s: &str) -> Option<(u128, u32)> {
     ))
 }
 
+/// A size of the volume@1 / resources@1 grammar in whole bytes (units are powers of 1024;
+/// a fraction of a byte is dropped). `None` for an empty, zero, malformed or too large size.
+pub fn size_in_bytes(s: &str) -> Option<u64> {
+    let (n, scale) = size_bytes(s)?;
+    let bytes = n / 10u128.checked_pow(scale)?;
+    u64::try_from(bytes).ok().filter(|b| *b > 0)
+}
+
 fn same_size(a: &str, b: &str) -> bool {
     match (a.is_empty(), b.is_empty()) {
         (true, true) => true,
@@ -421,6 +429,23 @@ pub(crate) fn port_block_keys(config: &Node) -> Vec<BlockKey> {
 /// The position of field `key` of a mapping node, else the node's own.
 pub(crate) fn node_pos(node: &Node, key: &str) -> crate::node::Pos {
     node.get(key).map_or(node.pos, |n| n.pos)
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::size_in_bytes;
+
+    #[test]
+    fn sizes_in_bytes_follow_the_grammar_exactly() {
+        assert_eq!(size_in_bytes("512m"), Some(512 << 20));
+        assert_eq!(size_in_bytes("1.5g"), Some(3 << 29));
+        assert_eq!(size_in_bytes("1.5 GiB"), Some(3 << 29));
+        assert_eq!(size_in_bytes("2048"), Some(2048));
+        assert_eq!(size_in_bytes("0.5k"), Some(512));
+        for bad in ["", "0", "0.0g", "g", "1.5x", "-1m", "99999999999t"] {
+            assert_eq!(size_in_bytes(bad), None, "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]
