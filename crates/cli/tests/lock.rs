@@ -359,3 +359,56 @@ fn optional_unsupported_entries_are_skipped_and_listed() {
     assert!(lock.contains("class:03"), "{lock}");
     assert!(lock.contains("com.example.host/gpu@2"), "{lock}");
 }
+
+/// A deny moved into an optional group this runtime skips is no longer enforced: the gate
+/// says so (it compares the denies in force, not the ones merely written).
+#[test]
+fn a_deny_moved_into_a_skipped_optional_group_is_a_removed_deny() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    let v1 = r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/network-policy@2
+    config: {runtime: {allow: ["*.example.com"], deny: [telemetry.example.com]}}
+  - type: com.example/optional-extra@1
+    optional: true
+"#;
+    let v2 = r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/network-policy@2
+    config: {runtime: {allow: ["*.example.com"]}}
+  - group:
+      optional: true
+      capabilities:
+        - type: com.docker.sandbox/network-policy@2
+          config: {runtime: {deny: [telemetry.example.com]}}
+        - type: com.example/optional-extra@1
+"#;
+    std::fs::write(dir.join("w/kit.yaml"), v1).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Re-locking the same kit changes nothing.
+    let out = capgate(dir, &["lock", "w", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    std::fs::write(dir.join("w/kit.yaml"), v2).unwrap();
+    let out = capgate(dir, &["lock", "w", "--check", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let widenings = report["widenings"].as_array().unwrap();
+    assert!(
+        widenings
+            .iter()
+            .any(|w| w["category"] == "network.runtime.deny-removed"
+                && w["detail"] == "telemetry.example.com"),
+        "{report}"
+    );
+    // Once approved, the lock records the deny as not in force, and stays quiet after.
+    let out = capgate(dir, &["lock", "w", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = capgate(dir, &["lock", "w", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

@@ -5,7 +5,8 @@
 //! bytes, its kind, its resolved args and its surface *as declared*: every capability the
 //! kit asks for after arg expansion — optional entries and group members included, before
 //! selection — so an approval covers everything the kit requests, even what this runtime
-//! does not honour yet. The gate matches kits by reference.
+//! does not honour yet; its denies, though, are only those it enforces (see
+//! `gated_surface`). The gate matches kits by reference.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::plan::Plan;
-use crate::surface::{Surface, surface_of};
+use crate::resolve::Unit;
+use crate::select::Selection;
+use crate::surface::{Surface, surface_of, surface_of_entries};
 use crate::widen::{Category, diff_widenings};
 
 /// The only lock format this reader reads.
@@ -71,13 +74,13 @@ impl Lock {
         Lock {
             version: LOCK_VERSION,
             kits: plan
-                .layered_units()
-                .map(|u| LockedKit {
+                .layered_selections()
+                .map(|(u, selection)| LockedKit {
                     reference: u.reference.clone(),
                     digest: u.digest.clone(),
                     kind: u.descriptor.kind,
                     args: u.args.clone(),
-                    permissions: surface_of(&u.descriptor),
+                    permissions: gated_surface(u, selection),
                 })
                 .collect(),
         }
@@ -125,10 +128,10 @@ impl Lock {
     pub fn gate(&self, candidate: &Plan) -> Vec<KitWidening> {
         let empty = Surface::default();
         candidate
-            .layered_units()
-            .flat_map(|u| {
+            .layered_selections()
+            .flat_map(|(u, selection)| {
                 let granted = self.locked(&u.reference).map_or(&empty, |k| &k.permissions);
-                diff_widenings(granted, &surface_of(&u.descriptor))
+                diff_widenings(granted, &gated_surface(u, selection))
                     .into_iter()
                     .map(|w| KitWidening {
                         kit: u.reference.clone(),
@@ -138,6 +141,22 @@ impl Lock {
             })
             .collect()
     }
+}
+
+/// The surface the lock records and the gate compares for one kit: everything it declares
+/// (optional entries and group members included: an approval covers all it asks for), but
+/// only the denies it enforces, those of its selected entries. A deny that selection
+/// leaves out (in an optional group this runtime skips) is not in force, so the gate must
+/// not count it as kept: counting declared allows errs towards asking, counting declared
+/// denies would err towards granting.
+fn gated_surface(unit: &Unit, selection: &Selection) -> Surface {
+    let mut surface = surface_of(&unit.descriptor);
+    let enforced = surface_of_entries(selection.entries.iter().map(|(_, e)| e));
+    surface.network_install_deny = enforced.network_install_deny;
+    surface.network_runtime_deny = enforced.network_runtime_deny;
+    surface.network_install_http_deny = enforced.network_install_http_deny;
+    surface.network_runtime_http_deny = enforced.network_runtime_http_deny;
+    surface
 }
 
 /// `sha256:<hex>` of descriptor bytes.

@@ -47,6 +47,14 @@ impl Plan {
             .map(|&i| &self.resolution.units[i])
     }
 
+    /// The units in layer order, each with its selection.
+    pub fn layered_selections(&self) -> impl Iterator<Item = (&Unit, &Selection)> {
+        self.resolution
+            .layers
+            .iter()
+            .map(|&i| (&self.resolution.units[i], &self.selections[i]))
+    }
+
     /// Every skipped item, in layer order.
     pub fn skipped(&self) -> Vec<Skipped> {
         self.resolution
