@@ -65,8 +65,9 @@ pub struct RunArgs {
     /// The host directory shown at /home/agent/workspace (default: the current directory).
     #[arg(long)]
     workspace: Option<PathBuf>,
-    /// Bind the workspace read-write instead of copying it (the workload's writes reach
-    /// the host directory).
+    /// Bind the workspace read-write instead of copying it: the workload's writes reach
+    /// the host directory, and it can connect to any UNIX socket found there (a docker or
+    /// ssh-agent socket is a way out that the gateway does not see).
     #[arg(long)]
     mount: bool,
     /// Memory limit, e.g. `512m` or `2g` (swap capped to it; tmpfs counts).
@@ -102,6 +103,29 @@ pub struct RunArgs {
 fn parse_size(s: &str) -> Result<u64, String> {
     capgate_spec::caps::storage::size_in_bytes(s.trim())
         .ok_or_else(|| format!("`{s}` is not a size such as `512m`, `1.5g` or `2GiB`"))
+}
+
+/// Why `workspace` (canonical) cannot be given to a sandbox, if it cannot: it would show
+/// the workload capgate's own data directory (the CA key, the secrets, the policy store;
+/// writable with `--mount`), or the whole host.
+fn workspace_problem(workspace: &Path, data_dir: &Path) -> Option<String> {
+    let data = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    if workspace == Path::new("/") {
+        return Some("the workspace is `/`, the whole host; run from a project directory or give --workspace DIR".to_owned());
+    }
+    if data.starts_with(workspace) || workspace.starts_with(&data) {
+        return Some(format!(
+            "the workspace `{}` {} capgate's data directory `{}` (its CA key, secrets and policy store must stay out of every sandbox); run from a project directory, give --workspace DIR, or set CAPGATE_HOME outside the workspace",
+            workspace.display(),
+            if workspace.starts_with(&data) {
+                "is inside"
+            } else {
+                "contains"
+            },
+            data.display()
+        ));
+    }
+    None
 }
 
 /// Writes the built-in kit into the data directory and returns its directory.
@@ -343,6 +367,10 @@ fn run_provisioned(
     };
     let workspace = std::fs::canonicalize(&workspace)
         .with_context(|| format!("workspace `{}`", workspace.display()))?;
+    if let Some(problem) = workspace_problem(&workspace, &data_dir()?) {
+        eprintln!("capgate: the sandbox could not start: {problem}");
+        return Ok(125);
+    }
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
     let first_phase = if has_install {
@@ -637,7 +665,27 @@ fn plural(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    #[test]
+    fn a_workspace_never_holds_the_data_directory() {
+        let data = Path::new("/home/u/.local/share/capgate");
+        let problem = |ws: &str| workspace_problem(Path::new(ws), data);
+        assert!(problem("/home/u").unwrap().contains("contains"));
+        assert!(problem("/home/u/.local").is_some());
+        assert!(problem("/home/u/.local/share/capgate").is_some());
+        assert!(
+            problem("/home/u/.local/share/capgate/sandboxes/x")
+                .unwrap()
+                .contains("is inside")
+        );
+        assert!(problem("/").unwrap().contains("whole host"));
+        // Siblings and look-alike prefixes are fine.
+        assert_eq!(problem("/home/u/project"), None);
+        assert_eq!(problem("/home/u/.local/share/capgate-other"), None);
+        assert_eq!(problem("/home/uu"), None);
+    }
 
     #[test]
     fn sizes() {

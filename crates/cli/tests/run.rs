@@ -460,3 +460,47 @@ fn a_kit_memory_limit_is_applied_or_the_run_refused() {
     assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
     assert!(stderr.contains("resources@1 memory"), "{stderr}");
 }
+
+/// A workspace that holds capgate's data directory would show the workload the CA key,
+/// the secrets and the policy store: refused (125) before anything runs. Its twin, a
+/// project directory beside it, runs.
+#[test]
+fn a_workspace_holding_the_data_directory_is_refused() {
+    let env = setup();
+    let root = env.path("").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--workspace",
+            &root,
+            "--",
+            "sh",
+            "-c",
+            "cat /home/agent/workspace/home/ca/ca-key.pem; echo RAN",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("RAN") && !stdout.contains("PRIVATE KEY"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("capgate's data directory"), "{stderr}");
+
+    let ws = env.path("ws").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--workspace",
+            &ws,
+            "--",
+            "cat",
+            "/home/agent/workspace/notes.txt",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "workspace file\n");
+}
