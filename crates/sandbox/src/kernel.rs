@@ -81,6 +81,9 @@ pub(crate) enum Effect {
     /// Remount (a bind with `MS_BIND`, or a whole filesystem) with `flags`; flags the
     /// kernel locked on the source mount are kept.
     Remount { target: PathBuf, flags: MsFlags },
+    /// Refuse (fail) when a component of `path` below `root` is a symbolic link; a missing
+    /// component ends the check (what is made next is made by capgate).
+    NoSymlinks { root: PathBuf, path: PathBuf },
     /// `mkdir` with a mode and an owner (inside ids).
     MakeDir {
         path: PathBuf,

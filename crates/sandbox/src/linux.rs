@@ -423,6 +423,26 @@ impl Kernel for Linux {
                 )
                 .map_err(|e| nix_err(e, "remount", target))?;
             }
+            Effect::NoSymlinks { root, path } => {
+                let below = path.strip_prefix(root).map_err(|_| {
+                    other(format!("`{}` is not below the new root", path.display()))
+                })?;
+                let mut at = root.clone();
+                for part in below.components() {
+                    at.push(part);
+                    match std::fs::symlink_metadata(&at) {
+                        Ok(m) if m.file_type().is_symlink() => {
+                            return Err(other(format!(
+                                "`/{}` is a symbolic link (left in a volume or the workspace?): nothing is mounted through one",
+                                at.strip_prefix(root).unwrap_or(&at).display()
+                            )));
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                        Err(e) => return Err(with_path(e, "stat", &at)),
+                    }
+                }
+            }
             Effect::MakeDir { path, mode, owner } => {
                 match std::fs::DirBuilder::new().mode(*mode).create(path) {
                     Ok(()) => {}

@@ -496,18 +496,38 @@ pub(crate) fn init_effects(
         }
     }
 
-    // Volumes, parents first.
-    for (path, owner) in volume_dirs(spec) {
-        push(Effect::MakeDir {
-            path: r(&path.to_string_lossy()),
-            mode: 0o755,
-            owner,
-        });
-    }
+    // Volumes, parents first. A mount point is made only once the volume holding it is
+    // mounted (so a nested volume's point lives in its parent volume), and nothing is made
+    // or mounted through a symbolic link: a persistent volume, or a --mount workspace, may
+    // hold links a workload left to redirect the next run's mounts (onto its `/etc`, or
+    // out of the root before `pivot_root`).
     let mut volumes: Vec<_> = spec.volumes.iter().collect();
     volumes.sort_by_key(|v| v.target.components().count());
+    let dirs = volume_dirs(spec);
+    let mut made: BTreeSet<&Path> = BTreeSet::new();
     for v in volumes {
+        let chain: Vec<_> = dirs
+            .iter()
+            .filter(|(p, _)| v.target.starts_with(p) && !made.contains(p.as_path()))
+            .collect();
+        for (path, owner) in chain {
+            made.insert(path);
+            let path = r(&path.to_string_lossy());
+            push(Effect::NoSymlinks {
+                root: root.to_path_buf(),
+                path: path.clone(),
+            });
+            push(Effect::MakeDir {
+                path,
+                mode: 0o755,
+                owner: *owner,
+            });
+        }
         let target = r(&v.target.to_string_lossy());
+        push(Effect::NoSymlinks {
+            root: root.to_path_buf(),
+            path: target.clone(),
+        });
         match &v.source {
             VolumeSource::Dir(src) => {
                 push(bind(src.clone(), target.clone()));

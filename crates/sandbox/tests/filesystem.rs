@@ -229,3 +229,60 @@ fn generated_etc_and_minimal_dev() {
     assert_eq!(out.stdout, expected, "{out:?}");
     b.sandbox.stop().unwrap();
 }
+
+/// A volume inside another: the inner mount point is made inside the outer volume once it
+/// is mounted, so both work and both persist.
+#[test]
+fn nested_volumes_both_mount_and_persist() {
+    let mut s = setup("fs-nest", WorkspaceMode::Copy);
+    let (outer, inner) = (s.dir.path().join("outer"), s.dir.path().join("inner"));
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/home/agent/data/sub"),
+        source: VolumeSource::Dir(inner.clone()),
+    });
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/home/agent/data"),
+        source: VolumeSource::Dir(outer.clone()),
+    });
+    let mut b = start(&s.spec);
+    let out = sh(
+        &mut b.sandbox,
+        "echo o > /home/agent/data/o && echo i > /home/agent/data/sub/i && echo ok",
+    );
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    b.sandbox.stop().unwrap();
+    assert_eq!(std::fs::read_to_string(outer.join("o")).unwrap(), "o\n");
+    assert_eq!(std::fs::read_to_string(inner.join("i")).unwrap(), "i\n");
+}
+
+/// A workload that leaves a symbolic link in a persistent volume where a nested volume is
+/// mounted next time (here onto the sandbox's `/etc`, or out to a host directory) finds
+/// the next start refused, naming the link; nothing was mounted or changed through it.
+#[test]
+fn a_symlink_left_in_a_volume_never_redirects_the_next_mount() {
+    for (name, link) in [("fs-link-rel", "../../../etc"), ("fs-link-abs", "/tmp")] {
+        let mut s = setup(name, WorkspaceMode::Copy);
+        let (outer, inner) = (s.dir.path().join("outer"), s.dir.path().join("inner"));
+        std::fs::create_dir_all(&outer).unwrap();
+        std::os::unix::fs::symlink(link, outer.join("sub")).unwrap();
+        s.spec.volumes.push(VolumeMount {
+            target: PathBuf::from("/home/agent/data"),
+            source: VolumeSource::Dir(outer.clone()),
+        });
+        s.spec.volumes.push(VolumeMount {
+            target: PathBuf::from("/home/agent/data/sub"),
+            source: VolumeSource::Dir(inner),
+        });
+        let err = capgate_sandbox::Sandbox::start(&s.spec, &helper())
+            .expect_err("the start must be refused");
+        let message = err.to_string();
+        assert!(
+            message.contains("/home/agent/data/sub") && message.contains("symbolic link"),
+            "{message}"
+        );
+    }
+    // /tmp's mode is what it was (a chmod through the link would have made it 0755).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata("/tmp").unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o1777);
+}
