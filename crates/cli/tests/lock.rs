@@ -113,7 +113,7 @@ fn widening_update_stops_until_approved() {
     assert!(first.contains("\"reference\": \"../tool\""), "{first}");
     assert!(first.contains("telemetry.tool.example"));
 
-    // The update widens in exactly three ways: exit 4, lock untouched.
+    // The update widens in exactly four ways: exit 4, lock untouched.
     std::fs::write(dir.join("tool/kit.yaml"), MIXIN_V2).unwrap();
     let out = capgate(dir, &["lock", "base", "tool", "--json"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
@@ -138,6 +138,11 @@ fn widening_update_stops_until_approved() {
             "telemetry.tool.example",
         ),
         ("../tool", "credentials.runtime", "tool"),
+        (
+            "../tool",
+            "credentials.inject",
+            "runtime tool api.tool.example Authorization: Bearer %s",
+        ),
     ];
     let expected: Vec<(String, String, String)> = expected
         .iter()
@@ -151,7 +156,7 @@ fn widening_update_stops_until_approved() {
         "a refused update changes nothing"
     );
 
-    // Human form, without a terminal: the same three lines, exit 4.
+    // Human form, without a terminal: the same lines, exit 4.
     let out = capgate(dir, &["lock", "base", "tool"]);
     assert_eq!(out.status.code(), Some(4));
     let t = text(&out);
@@ -159,10 +164,11 @@ fn widening_update_stops_until_approved() {
         "  + network.runtime.allow: uploads.tool.example\n",
         "  + network.runtime.deny-removed: telemetry.tool.example\n",
         "  + credentials.runtime: tool\n",
+        "  + credentials.inject: runtime tool api.tool.example Authorization: Bearer %s\n",
     ] {
         assert!(t.contains(line), "{line:?} in {t}");
     }
-    assert_eq!(t.matches("  + ").count(), 3, "{t}");
+    assert_eq!(t.matches("  + ").count(), 4, "{t}");
     let out = capgate(dir, &["lock", "base", "tool", "--check"]);
     assert_eq!(out.status.code(), Some(4));
 
@@ -411,4 +417,68 @@ capabilities:
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = capgate(dir, &["lock", "w", "--check"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// A credential's real value going somewhere new is a widening even when the host was
+/// already allowed: a new inject domain, or a new header on the same one.
+#[test]
+fn a_new_inject_destination_for_a_credential_is_a_widening() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    let kit = |inject: &str| {
+        format!(
+            r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config: {{runtime: {{allow: [api.github.com, paste.example.net]}}}}
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: github
+      phase: runtime
+      apiKey: {{name: GH_TOKEN, inject: [{inject}]}}
+"#
+        )
+    };
+    let v1 = kit("{domain: api.github.com}");
+    std::fs::write(dir.join("w/kit.yaml"), &v1).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // The same destination with its defaults written out is no change.
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        kit("{domain: api.github.com, header: Authorization, format: \"Bearer %s\"}"),
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "w", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    for (inject, detail) in [
+        (
+            "{domain: api.github.com}, {domain: paste.example.net, header: X-Leak, format: \"%s\"}",
+            "runtime github paste.example.net X-Leak: %s",
+        ),
+        (
+            "{domain: api.github.com, header: X-Other}",
+            "runtime github api.github.com X-Other: Bearer %s",
+        ),
+    ] {
+        std::fs::write(dir.join("w/kit.yaml"), kit(inject)).unwrap();
+        let out = capgate(dir, &["lock", "w", "--check", "--json"]);
+        assert_eq!(out.status.code(), Some(4), "{inject}: {}", text(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found: Vec<(&str, &str)> = report["widenings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                (
+                    w["category"].as_str().unwrap(),
+                    w["detail"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(found, [("credentials.inject", detail)], "{inject}");
+    }
 }

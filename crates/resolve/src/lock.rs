@@ -17,8 +17,8 @@ use thiserror::Error;
 use crate::plan::Plan;
 use crate::resolve::Unit;
 use crate::select::Selection;
-use crate::surface::{Surface, surface_of, surface_of_entries};
-use crate::widen::{Category, diff_widenings};
+use crate::surface::{Surface, credential_injects, surface_of, surface_of_entries};
+use crate::widen::{Category, Widening, diff_widenings};
 
 /// The only lock format this reader reads.
 pub const LOCK_VERSION: u64 = 1;
@@ -45,6 +45,15 @@ pub struct LockedKit {
     pub args: BTreeMap<String, String>,
     /// The kit's declared surface.
     pub permissions: Surface,
+    /// Where its credentials' real values go ([`credential_injects`]); capgate's own
+    /// field beside the spec's surface. A lock written before it existed has none, so its
+    /// first gate asks once for every inject.
+    #[serde(
+        default,
+        rename = "credentialInjects",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub credential_injects: Vec<String>,
 }
 
 /// A lock that cannot be used. It is never silently replaced.
@@ -81,6 +90,7 @@ impl Lock {
                     kind: u.descriptor.kind,
                     args: u.args.clone(),
                     permissions: gated_surface(u, selection),
+                    credential_injects: declared_injects(u),
                 })
                 .collect(),
         }
@@ -130,14 +140,24 @@ impl Lock {
         candidate
             .layered_selections()
             .flat_map(|(u, selection)| {
-                let granted = self.locked(&u.reference).map_or(&empty, |k| &k.permissions);
-                diff_widenings(granted, &gated_surface(u, selection))
+                let locked = self.locked(&u.reference);
+                let granted = locked.map_or(&empty, |k| &k.permissions);
+                let granted_injects = locked.map_or(&[][..], |k| &k.credential_injects[..]);
+                let new_injects = declared_injects(u)
                     .into_iter()
-                    .map(|w| KitWidening {
-                        kit: u.reference.clone(),
-                        category: w.category,
-                        detail: w.detail,
-                    })
+                    .filter(|i| !granted_injects.contains(i))
+                    .map(|detail| Widening {
+                        category: Category::CredentialsInject,
+                        detail,
+                    });
+                let mut widenings = diff_widenings(granted, &gated_surface(u, selection));
+                widenings.extend(new_injects);
+                widenings.sort_by_key(|w| w.category);
+                widenings.into_iter().map(|w| KitWidening {
+                    kit: u.reference.clone(),
+                    category: w.category,
+                    detail: w.detail,
+                })
             })
             .collect()
     }
@@ -157,6 +177,16 @@ fn gated_surface(unit: &Unit, selection: &Selection) -> Surface {
     surface.network_install_http_deny = enforced.network_install_http_deny;
     surface.network_runtime_http_deny = enforced.network_runtime_http_deny;
     surface
+}
+
+/// Every credential destination a kit declares (group members included, like allows).
+fn declared_injects(unit: &Unit) -> Vec<String> {
+    credential_injects(
+        unit.descriptor
+            .declared_entries()
+            .into_iter()
+            .map(|(_, e)| e),
+    )
 }
 
 /// `sha256:<hex>` of descriptor bytes.
@@ -207,6 +237,9 @@ mod tests {
                     network_runtime_allow: vec!["deb.debian.org".into()],
                     ..Surface::default()
                 },
+                credential_injects: vec![
+                    "runtime github api.github.com Authorization: Bearer %s".into(),
+                ],
             }],
         };
         let text = lock.to_json();

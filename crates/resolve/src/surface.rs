@@ -248,6 +248,49 @@ fn project_entries(entries: &[HostEntry], hosts: &mut Vec<String>, http: &mut Ve
     }
 }
 
+/// Where each credential's real value goes, one string per (phase, service, destination,
+/// presentation): `runtime github api.github.com Authorization: Bearer %s`, `… basic
+/// <username>`, `… oauth-resource <host>`, `… oauth-token <host><path>`. Sorted, without
+/// duplicates; hosts lowercased without a trailing dot. The spec's surface records only the
+/// service names, so a new inject domain on a host already allowed, or a new header, would
+/// pass unseen; the lock keeps these beside the surface (capgate's own field).
+pub fn credential_injects<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<String> {
+    let host = |h: &str| h.trim_end_matches('.').to_ascii_lowercase();
+    let mut out = Vec::new();
+    for entry in entries {
+        let Some(Capability::Credential(c)) = &entry.capability else {
+            continue;
+        };
+        for phase in &c.phases {
+            let who = format!("{phase} {}", c.service);
+            for rule in c.api_key.iter().flat_map(|k| &k.inject) {
+                let how = match rule.scheme.as_deref().filter(|s| !s.is_empty()) {
+                    Some(scheme) => {
+                        format!("{scheme} {}", rule.username.as_deref().unwrap_or_default())
+                    }
+                    None => format!("{}: {}", rule.header_or_default(), rule.format_or_default()),
+                };
+                out.push(format!("{who} {} {how}", host(&rule.domain)));
+            }
+            if let Some(oauth) = &c.oauth {
+                for h in &oauth.resource_hosts {
+                    out.push(format!("{who} oauth-resource {}", host(h)));
+                }
+                if let Some(t) = &oauth.token_endpoint {
+                    out.push(format!(
+                        "{who} oauth-token {}{}",
+                        host(&t.host),
+                        t.path.as_deref().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Types that grant nothing the gate tracks (spec §5.2).
 fn contributes_nothing(t: KnownType) -> bool {
     matches!(

@@ -28,6 +28,7 @@ pub enum Category {
     NetworkRuntimeHttpDenyRemoved,
     CredentialsInstall,
     CredentialsRuntime,
+    CredentialsInject,
     SshAgent,
     Storage,
     HostMount,
@@ -41,7 +42,7 @@ pub enum Category {
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 19] = [
+    pub const ALL: [Category; 20] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -52,6 +53,7 @@ impl Category {
         Category::NetworkRuntimeHttpDenyRemoved,
         Category::CredentialsInstall,
         Category::CredentialsRuntime,
+        Category::CredentialsInject,
         Category::SshAgent,
         Category::Storage,
         Category::HostMount,
@@ -76,6 +78,7 @@ impl Category {
             Category::NetworkRuntimeHttpDenyRemoved => "network.runtime.http.deny-removed",
             Category::CredentialsInstall => "credentials.install",
             Category::CredentialsRuntime => "credentials.runtime",
+            Category::CredentialsInject => "credentials.inject",
             Category::SshAgent => "ssh-agent",
             Category::Storage => "storage",
             Category::HostMount => "host-mount",
