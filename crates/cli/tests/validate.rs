@@ -263,3 +263,43 @@ fn doctor_reports_what_the_host_offers() {
     let human = capgate(&["doctor"]);
     assert!(String::from_utf8_lossy(&human.stdout).contains("Landlock: ABI"));
 }
+
+/// An address range in a bounded entry would be gated as a host plus a path (`8.8.8.0/24`
+/// read as host `8.8.8.0`, path `/24/**`), so a later kit could widen it unseen: refused,
+/// allow and deny alike. As a host string of its own, a range stays valid.
+#[test]
+fn address_ranges_are_refused_in_bounded_entries_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let kit = |entries: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n{entries}"
+        )
+    };
+    let bounded = write(
+        dir.path(),
+        "bounded.yaml",
+        &kit(
+            "        allow: [{hosts: [\"93.184.216.34/0\"], methods: [ANY]}]\n        deny: [{hosts: ['8.8.8.0/24'], methods: [POST]}]\n",
+        ),
+    );
+    let o = capgate(&["validate", bounded.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("bounded.yaml:7:26:"), "{out}");
+    assert!(
+        out.contains("runtime allow entry bounds the address range \"93.184.216.34/0\""),
+        "{out}"
+    );
+    assert!(
+        out.contains("runtime deny entry bounds the address range \"8.8.8.0/24\""),
+        "{out}"
+    );
+
+    let plain = write(
+        dir.path(),
+        "plain.yaml",
+        &kit("        allow: [\"10.0.0.0/8\"]\n        deny: [\"10.1.0.0/16\"]\n"),
+    );
+    let o = capgate(&["validate", plain.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

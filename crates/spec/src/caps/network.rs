@@ -687,6 +687,20 @@ fn decode_v2_object(
             }
         }
     }
+    // A bounded entry is gated and matched per host, method and path; an address range
+    // (`8.8.8.0/24`) there would read as a host and a path.
+    if bounded && let Some(Some(hs)) = &hosts {
+        for (_, h, pos) in hs {
+            if cx.judgeable(h) && h.contains('/') {
+                cx.error(
+                    &hosts_path,
+                    *pos,
+                    format!("{phase} {list} entry bounds the address range \"{h}\"; an entry stating methods or paths names hosts, not ranges (a range may stand as a host string of its own)", list = list.key()),
+                );
+                ok = false;
+            }
+        }
+    }
     // Something unreadable (reported above) must not leave a field looking omitted, which
     // would read wider than what was written.
     if !ok || deferred || methods.is_none() {
