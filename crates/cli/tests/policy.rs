@@ -449,3 +449,25 @@ fn log_prune_before_an_age_removes_older_events_and_later_listings_say_so() {
         1
     );
 }
+
+/// A deny the matcher cannot read would be dropped when rules compile, a refusal silently
+/// not in force: provisioning refuses the kit instead, naming the resource. No rule of
+/// the kit is left half-provisioned.
+#[test]
+fn a_kit_deny_the_matcher_cannot_read_is_refused_at_provisioning() {
+    let h = Home::new();
+    h.kit(
+        "kit",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: ['**'], deny: ['telemetry.example.com:0']}}\n",
+    );
+    let out = h.run(&["create", "bad-deny", "--kit", "kit"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("resource `telemetry.example.com:0` cannot be matched"),
+        "{}",
+        text(&out)
+    );
+    let (code, v) = h.json(&["policy", "ls", "--source", "kit", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(v["rules"].as_array().unwrap().len(), 0, "{v}");
+}

@@ -221,6 +221,16 @@ impl NewRule {
         {
             return Err(RuleProblem::BlankResource);
         }
+        // A resource the matcher cannot read would be dropped when rules are compiled: for a
+        // deny, a refusal silently not in force. Refused here, where it is written.
+        for resource in &self.resources {
+            if let Err(e) = crate::pattern::HostPattern::parse(resource) {
+                return Err(RuleProblem::UnreadableResource {
+                    resource: resource.clone(),
+                    message: e.to_string(),
+                });
+            }
+        }
         if self.methods.as_ref().is_some_and(Vec::is_empty) {
             return Err(RuleProblem::EmptyMethods);
         }
@@ -371,6 +381,11 @@ pub enum RuleProblem {
     EmptySandboxName,
     NoResources,
     BlankResource,
+    /// A resource the matcher cannot read (a port 0, a path, …).
+    UnreadableResource {
+        resource: String,
+        message: String,
+    },
     EmptyMethods,
     EmptyPaths,
     SourceMismatch {
@@ -395,6 +410,9 @@ impl fmt::Display for RuleProblem {
             RuleProblem::EmptyName => f.write_str("the name is empty"),
             RuleProblem::EmptySandboxName => f.write_str("the sandbox name of its scope is empty"),
             RuleProblem::NoResources => f.write_str("it names no resource"),
+            RuleProblem::UnreadableResource { resource, message } => {
+                write!(f, "resource `{resource}` cannot be matched: {message}")
+            }
             RuleProblem::BlankResource => {
                 f.write_str("a resource is empty or has surrounding spaces")
             }
