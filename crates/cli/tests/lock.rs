@@ -482,3 +482,47 @@ capabilities:
         assert_eq!(found, [("credentials.inject", detail)], "{inject}");
     }
 }
+
+/// Dropping a mixin drops its denies: a removed deny, attributed to the mixin, that stops
+/// for approval like any other. Dropping one that only granted is silent.
+#[test]
+fn dropping_a_mixin_that_denies_is_a_removed_deny() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let out = capgate(dir, &["lock", "base", "tool"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = capgate(dir, &["lock", "base", "--check", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found: Vec<(&str, &str, &str)> = report["widenings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["kit"].as_str().unwrap(),
+                w["category"].as_str().unwrap(),
+                w["detail"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            "../tool",
+            "network.runtime.deny-removed",
+            "telemetry.tool.example"
+        )]
+    );
+
+    // A mixin with allows only: dropping it narrows, and the lock is rewritten silently.
+    std::fs::write(
+        dir.join("tool/kit.yaml"),
+        MIXIN_V1.replace("        deny: [telemetry.tool.example]\n", ""),
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "base", "tool", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = capgate(dir, &["lock", "base"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

@@ -134,8 +134,34 @@ impl Lock {
     }
 
     /// Every widening of the candidate over this lock, kit by kit in layer order. A kit the
-    /// lock does not know widens by its whole surface. Empty: the update may apply silently.
+    /// lock does not know widens by its whole surface; a locked kit the candidate no longer
+    /// composes takes its denies with it, each a removed deny (then the kits dropped, in
+    /// lock order). Empty: the update may apply silently.
     pub fn gate(&self, candidate: &Plan) -> Vec<KitWidening> {
+        let empty = Surface::default();
+        let composed: Vec<&str> = candidate
+            .layered_units()
+            .map(|u| u.reference.as_str())
+            .collect();
+        let dropped = self
+            .kits
+            .iter()
+            .filter(|k| !composed.contains(&k.reference.as_str()))
+            .flat_map(|k| {
+                diff_widenings(&k.permissions, &empty)
+                    .into_iter()
+                    .map(|w| KitWidening {
+                        kit: k.reference.clone(),
+                        category: w.category,
+                        detail: w.detail,
+                    })
+            });
+        let mut widenings = self.gate_composed(candidate);
+        widenings.extend(dropped);
+        widenings
+    }
+
+    fn gate_composed(&self, candidate: &Plan) -> Vec<KitWidening> {
         let empty = Surface::default();
         candidate
             .layered_selections()
