@@ -26,7 +26,7 @@ use capgate_spec::caps::lifecycle::Lifecycle;
 use crate::exit;
 use crate::gateway::{self, workload_env};
 use crate::kits;
-use crate::sandbox::{CreateArgs, provision};
+use crate::sandbox::{CreateArgs, Provisioned, provision};
 use crate::state::{SandboxDir, data_dir, open_store};
 
 /// The built-in workload for `capgate run -- CMD` with no kit: a shell with no grants.
@@ -181,14 +181,40 @@ fn memory_from_kits(plan: &Plan) -> Result<Option<u64>, String> {
 }
 
 /// volume@1 and host-mount@1 as mounts: persistent directories under the data directory
-/// (per sandbox for volumes, shared for host mounts), or tmpfs.
-fn volumes(plan: &Plan, sandbox_dir: &Path) -> Result<Vec<VolumeMount>> {
+/// (per sandbox for volumes, per declaring kit for host mounts), or tmpfs.
+fn volumes(plan: &Plan, base: &Path, sandbox_dir: &Path) -> Result<Vec<VolumeMount>> {
     let mut out = Vec::new();
+    // One directory name per cleaned path, reversibly (`%` first, then `/`).
     let key = |p: &str| {
         capgate_spec::caps::clean_path(p)
             .trim_start_matches('/')
+            .replace('%', "%25")
             .replace('/', "%2F")
     };
+    // A host mount belongs to the kit that declares it (only one kit may, spec §2.6): its
+    // directory is keyed on that kit's identity, here its canonical location, so another
+    // kit declaring the same path never sees its contents, while updates in place keep them.
+    let mut owners: BTreeMap<String, String> = BTreeMap::new();
+    for (unit, selection) in plan.layered_selections() {
+        let location = base.join(&unit.reference);
+        let identity = std::fs::canonicalize(&location)
+            .unwrap_or(location)
+            .display()
+            .to_string();
+        let digest = capgate_resolve::lock::digest_of(identity.as_bytes());
+        let kit_key = digest
+            .trim_start_matches("sha256:")
+            .get(..16)
+            .unwrap_or_default()
+            .to_owned();
+        for (_, entry) in &selection.entries {
+            if let Some(Capability::HostMount(m)) = &entry.capability {
+                owners
+                    .entry(capgate_spec::caps::clean_path(&m.path))
+                    .or_insert_with(|| kit_key.clone());
+            }
+        }
+    }
     for e in &plan.composed.entries {
         match &e.capability {
             Some(Capability::Volume(v)) if v.tmpfs => out.push(VolumeMount {
@@ -201,10 +227,20 @@ fn volumes(plan: &Plan, sandbox_dir: &Path) -> Result<Vec<VolumeMount>> {
                 target: PathBuf::from(capgate_spec::caps::clean_path(&v.path)),
                 source: VolumeSource::Dir(sandbox_dir.join("volumes").join(key(&v.path))),
             }),
-            Some(Capability::HostMount(m)) => out.push(VolumeMount {
-                target: PathBuf::from(&m.path),
-                source: VolumeSource::Dir(data_dir()?.join("host-mounts").join(key(&m.path))),
-            }),
+            Some(Capability::HostMount(m)) => {
+                let owner = owners
+                    .get(&capgate_spec::caps::clean_path(&m.path))
+                    .with_context(|| format!("host-mount `{}`: no kit declares it", m.path))?;
+                out.push(VolumeMount {
+                    target: PathBuf::from(&m.path),
+                    source: VolumeSource::Dir(
+                        data_dir()?
+                            .join("host-mounts")
+                            .join(owner)
+                            .join(key(&m.path)),
+                    ),
+                });
+            }
             _ => {}
         }
     }
@@ -339,11 +375,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
     let mut store = open_store()?;
-    let plan = match provision(&create, &mut store)? {
+    let Provisioned { plan, base } = match provision(&create, &mut store)? {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let outcome = run_provisioned(args, (&name, &plan), &store, prepared);
+    let outcome = run_provisioned(args, (&name, &plan, &base), &store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Ok(dir) = SandboxDir::of(&name) {
@@ -355,7 +391,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
 fn run_provisioned(
     args: &RunArgs,
-    (name, plan): (&str, &Plan),
+    (name, plan, base): (&str, &Plan, &Path),
     store: &capgate_policy::Store,
     prepared: Result<Prepared, SandboxError>,
 ) -> Result<u8> {
@@ -414,7 +450,7 @@ fn run_provisioned(
             },
         },
     );
-    spec.volumes = volumes(plan, &dir.dir)?;
+    spec.volumes = volumes(plan, base, &dir.dir)?;
     spec.etc = EtcFiles {
         shell: PathBuf::from(if Path::new("/bin/bash").exists() {
             "/bin/bash"

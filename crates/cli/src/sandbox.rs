@@ -101,11 +101,22 @@ pub fn lock_location(
     Ok(Some((lock_path, base)))
 }
 
+/// A provisioned composition and the directory its kit references are relative to (the
+/// lock's).
+pub struct Provisioned {
+    pub plan: Plan,
+    pub base: PathBuf,
+}
+
 /// Resolves, gates against the lock, records the sandbox and provisions its kit rules.
 /// `Err(code)` when it must stop (1 invalid, 2 refused, 4 needs approval).
-pub fn provision(args: &CreateArgs, store: &mut capgate_policy::Store) -> Result<Result<Plan, u8>> {
+pub fn provision(
+    args: &CreateArgs,
+    store: &mut capgate_policy::Store,
+) -> Result<Result<Provisioned, u8>> {
     check_sandbox_name(&args.name)?;
-    let (plan, lock_path) = match lock_location(&args.kits, &args.args, args.lock.as_deref()) {
+    let (plan, lock_path, base) = match lock_location(&args.kits, &args.args, args.lock.as_deref())
+    {
         Err(code) => return Ok(Err(code)),
         Ok(None) => {
             // No workload: let the resolver say so, with every other reason.
@@ -116,7 +127,7 @@ pub fn provision(args: &CreateArgs, store: &mut capgate_policy::Store) -> Result
         }
         Ok(Some((lock_path, base))) => {
             match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
-                Ok(p) => (p, lock_path),
+                Ok(p) => (p, lock_path, base),
                 Err(code) => return Ok(Err(code)),
             }
         }
@@ -145,7 +156,7 @@ pub fn provision(args: &CreateArgs, store: &mut capgate_policy::Store) -> Result
         SandboxGrants::LockDigest(lock_digest),
     );
     store.provision_sandbox(record, rules)?;
-    Ok(Ok(plan))
+    Ok(Ok(Provisioned { plan, base }))
 }
 
 #[derive(Serialize)]
@@ -157,7 +168,7 @@ struct Created<'a> {
 
 pub fn create(args: &CreateArgs) -> Result<u8> {
     let mut store = open_store()?;
-    let plan = match provision(args, &mut store)? {
+    let plan = match provision(args, &mut store)?.map(|p| p.plan) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };

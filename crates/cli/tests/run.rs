@@ -504,3 +504,36 @@ fn a_workspace_holding_the_data_directory_is_refused() {
     assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
     assert_eq!(stdout, "workspace file\n");
 }
+
+/// A host mount persists for the kit that declares it, and only for it: another kit
+/// declaring the same path gets a directory of its own.
+#[test]
+fn host_mounts_are_kept_per_declaring_kit() {
+    let env = setup();
+    let kit = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/host-mount@1\n    config: {path: /home/agent/.config/gh}\n";
+    for name in ["kita", "kitb"] {
+        std::fs::create_dir_all(env.path(name)).unwrap();
+        std::fs::write(env.path(name).join("kit.yaml"), kit).unwrap();
+    }
+    let run = |name: &str, script: &str| {
+        let dir = env.path(name).display().to_string();
+        let o = env.capgate(&["run", "--kit", &dir, "--", "sh", "-c", script], None);
+        let (stdout, stderr) = out(&o);
+        assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+        stdout
+    };
+    run(
+        "kita",
+        "echo token-of-kit-a > /home/agent/.config/gh/hosts.yml",
+    );
+    assert_eq!(
+        run("kita", "cat /home/agent/.config/gh/hosts.yml"),
+        "token-of-kit-a\n",
+        "the declaring kit keeps its contents"
+    );
+    assert_eq!(
+        run("kitb", "ls -A /home/agent/.config/gh | wc -l"),
+        "0\n",
+        "another kit must not see them"
+    );
+}
