@@ -203,17 +203,31 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let mut nonce = [0u8; 8];
+    if getrandom::fill(&mut nonce).is_err() {
+        nonce = u64::from(std::process::id()).to_le_bytes();
+    }
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{:016x}",
         path.file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("capgate.lock"),
-        std::process::id()
+        u64::from_le_bytes(nonce)
     ));
     {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+        // A new file only (O_CREAT|O_EXCL): never through a link someone left at that
+        // name, never truncating an existing file.
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
     }
     std::fs::rename(&tmp, path)
 }

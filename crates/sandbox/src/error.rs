@@ -69,12 +69,11 @@ pub enum SandboxError {
         explanation: String,
     },
     /// The helper process could not be started.
-    #[error("cannot start the sandbox helper `{}`", exe.display())]
+    #[error("cannot start the sandbox helper `{}`: {source}", exe.display())]
     Spawn {
         /// The helper executable.
         exe: PathBuf,
-        /// The OS error.
-        #[source]
+        /// The OS error (also in the message: callers print errors with `{}`).
         source: std::io::Error,
     },
     /// A step of the sandbox's setup failed (reported by the helper or the sandbox's init).
@@ -86,12 +85,11 @@ pub enum SandboxError {
         message: String,
     },
     /// A system call on the caller's side failed.
-    #[error("{action} failed")]
+    #[error("{action} failed: {source}")]
     Os {
         /// What was being done.
         action: &'static str,
-        /// The OS error.
-        #[source]
+        /// The OS error (also in the message: callers print errors with `{}`).
         source: std::io::Error,
     },
     /// The command could not be started inside (not found, not executable, …).
