@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ use capgate_sandbox::{
     SandboxError, SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
 };
 use capgate_spec::caps::Capability;
-use capgate_spec::caps::lifecycle::Lifecycle;
+use capgate_spec::caps::lifecycle::{FileSpec, Lifecycle};
 
 use crate::exit;
 use crate::gateway::{self, workload_env};
@@ -564,6 +564,42 @@ fn run_provisioned(
     Ok(code)
 }
 
+/// Writes one lifecycle@1 file inside, as the agent (so it owns it and may change it),
+/// before the startup hooks and the workload: parents made, the content passed on stdin,
+/// the mode applied (`0644` when none is given); `overwrite: false` keeps a file that is
+/// already there.
+fn write_kit_file(sandbox: &mut Sandbox, file: &FileSpec) -> Result<()> {
+    let script = r#"set -e
+if [ "$3" = keep ] && [ -e "$1" ]; then exit 0; fi
+mkdir -p "$(dirname "$1")"
+cat > "$1"
+chmod "$2" "$1""#;
+    let mode = file.mode.as_deref().unwrap_or("0644");
+    let (read, write) = std::io::pipe()?;
+    let mut cmd = RunCommand::agent([
+        "/bin/sh",
+        "-c",
+        script,
+        "capgate-file",
+        &file.path,
+        mode,
+        if file.overwrite { "replace" } else { "keep" },
+    ]);
+    cmd.stdin = Some(read.into());
+    let content = file.content.clone().into_bytes();
+    // The reader may stop early (a file kept); its end of the pipe closing ends the writer.
+    let writer = std::thread::spawn(move || {
+        let mut write = write;
+        let _ = write.write_all(&content);
+    });
+    let status = sandbox.run(&cmd)?;
+    let _ = writer.join();
+    if !status.success() {
+        bail!("the write inside exited with {}", status_code(status));
+    }
+    Ok(())
+}
+
 fn run_workload(
     sandbox: &mut Sandbox,
     args: &RunArgs,
@@ -571,6 +607,15 @@ fn run_workload(
     envs: &Environments,
 ) -> u8 {
     if let Some(l) = hooks {
+        for file in &l.files {
+            if let Err(e) = write_kit_file(sandbox, file) {
+                eprintln!(
+                    "capgate: lifecycle file `{}` could not be written: {e}",
+                    file.path
+                );
+                return 1;
+            }
+        }
         for hook in &l.startup {
             let argv = if hook.background {
                 let mut v = vec![

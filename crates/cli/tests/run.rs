@@ -537,3 +537,59 @@ fn host_mounts_are_kept_per_declaring_kit() {
         "another kit must not see them"
     );
 }
+
+/// lifecycle@1 files are written before the workload, owned by the agent, with their
+/// mode; `overwrite: false` keeps a file that is already there.
+#[test]
+fn lifecycle_files_are_written_before_the_workload() {
+    let env = setup();
+    std::fs::create_dir_all(env.path("k")).unwrap();
+    std::fs::write(
+        env.path("k/kit.yaml"),
+        r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      files:
+        - {path: /home/agent/.config/pip/pip.conf, content: "[global]\nindex-url = https://pypi.example/simple\n", mode: "0600"}
+        - {path: /home/agent/workspace/notes.txt, content: "replaced\n", overwrite: false}
+        - {path: /home/agent/workspace/new.txt, content: "new\n"}
+"#,
+    )
+    .unwrap();
+    let kit = env.path("k").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--kit",
+            &kit,
+            "--",
+            "sh",
+            "-c",
+            "cat /home/agent/.config/pip/pip.conf; stat -c '%a %u' /home/agent/.config/pip/pip.conf; cat /home/agent/workspace/notes.txt /home/agent/workspace/new.txt",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        stdout,
+        "[global]\nindex-url = https://pypi.example/simple\n600 1000\nworkspace file\nnew\n"
+    );
+
+    // A file the agent cannot write (the read-only /etc) stops the run before the workload.
+    std::fs::write(
+        env.path("k/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/lifecycle@1\n    config: {files: [{path: /etc/capgate-test, content: x}]}\n",
+    )
+    .unwrap();
+    let o = env.capgate(&["run", "--kit", &kit, "--", "echo", "RAN"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(
+        stderr.contains("lifecycle file `/etc/capgate-test` could not be written"),
+        "{stderr}"
+    );
+}
