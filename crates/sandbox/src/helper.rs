@@ -387,7 +387,14 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
         Ok(Forked::Child) => {
             drop(release_w);
             drop(v2_fd);
-            init_main(ctl, release_r, spec, &host, &root, &cg)
+            init_main(
+                ctl,
+                release_r,
+                spec,
+                &host,
+                &root,
+                (&cg, maps.via_setuid_helpers),
+            )
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
@@ -478,7 +485,7 @@ fn init_main(
     spec: &SandboxSpec,
     host: &HostView,
     root: &Path,
-    cgroups: &cgroup::Plan,
+    (cgroups, shed_groups): (&cgroup::Plan, bool),
 ) -> ! {
     let mut warnings = cgroups.warnings.clone();
     let mut k = Linux {
@@ -487,7 +494,7 @@ fn init_main(
     };
     let mut listeners: Vec<OwnedFd> = Vec::new();
     let mut landlock = None;
-    for (step, effect) in plan::init_effects(spec, host, root, &cgroups.v1) {
+    for (step, effect) in plan::init_effects(spec, host, root, (&cgroups.v1, shed_groups)) {
         match k.apply(&effect) {
             Ok(Applied::Listener(fd)) => listeners.push(fd),
             Ok(Applied::Landlock(r)) => landlock = Some(r),

@@ -295,9 +295,16 @@ fn exec(candidates: &[PathBuf], argv: &[String], env: &[String]) -> io::Error {
 impl Kernel for Linux {
     fn apply(&mut self, effect: &Effect) -> io::Result<Applied> {
         match effect {
-            Effect::ClearSupplementaryGroups => {
-                nix::unistd::setgroups(&[]).map_err(io::Error::from)?;
-            }
+            Effect::ClearSupplementaryGroups => match nix::unistd::setgroups(&[]) {
+                Ok(()) => {}
+                // Nothing to shed: a `deny` written by newgidmap changes nothing then.
+                Err(_) if nix::unistd::getgroups().is_ok_and(|g| g.is_empty()) => {}
+                Err(e) => {
+                    return Err(other(format!(
+                        "cannot shed the invoking user's supplementary groups ({e}): every process inside would keep them; this host's newgidmap denies setgroups in the sandbox's user namespace"
+                    )));
+                }
+            },
             Effect::CgroupEnableControllers { dir, controllers } => {
                 let file = dir.join("cgroup.subtree_control");
                 std::fs::write(&file, controllers).map_err(|e| with_path(e, "write", &file))?;

@@ -273,7 +273,7 @@ pub(crate) fn init_effects(
     spec: &SandboxSpec,
     host: &HostView,
     root: &Path,
-    v1_cgroups: &[PathBuf],
+    (v1_cgroups, shed_groups): (&[PathBuf], bool),
 ) -> Vec<(Step, Effect)> {
     let mut out: Vec<(Step, Effect)> = Vec::new();
     let r = |p: &str| inside(root, p);
@@ -282,6 +282,12 @@ pub(crate) fn init_effects(
     // Ids and identity first: nothing is mounted before the maps exist (AwaitRelease).
     out.push((Step::Namespaces, Effect::SetParentDeathSignal));
     out.push((Step::IdMap, Effect::AwaitRelease));
+    // A helper that is not root cannot shed its supplementary groups before the clone
+    // (they would stay with every process inside, as `nogroup`, still opening whatever
+    // those groups may open); the init can, once its gid map is written.
+    if shed_groups {
+        out.push((Step::IdMap, Effect::ClearSupplementaryGroups));
+    }
     // Into the v1 cgroups before anything else: every process of the sandbox descends
     // from the init, after this.
     for dir in v1_cgroups {
@@ -602,7 +608,13 @@ pub(crate) fn helper_effects_after_clone(
     cgroups: &cgroup::Plan,
     born_in_v2: bool,
 ) -> Vec<(Step, Effect)> {
-    let mut out = vec![(Step::IdMap, Effect::DenySetgroups { pid })];
+    // Writing the gid map directly (as root) needs no `deny`, but it is kept there as a
+    // second wall. newgidmap writes the policy itself, and the init must still call
+    // setgroups to shed the invoker's supplementary groups (see `init_effects`).
+    let mut out = Vec::new();
+    if !maps.via_setuid_helpers {
+        out.push((Step::IdMap, Effect::DenySetgroups { pid }));
+    }
     for (kind, ranges) in [(IdKind::Uid, &maps.uid), (IdKind::Gid, &maps.gid)] {
         out.push((
             Step::IdMap,
@@ -788,8 +800,18 @@ mod tests {
         version: cgroup::Version,
         born_in_v2: bool,
     ) -> Vec<Effect> {
-        let s = spec(mode);
         let maps = idmap::choose(0, 0, Some("root"), None, None).unwrap();
+        recorded_as(mode, (version, born_in_v2), &maps, true)
+    }
+
+    /// The choreography for an invoker with `maps` (`is_root`: the helper runs as root).
+    fn recorded_as(
+        mode: WorkspaceMode,
+        (version, born_in_v2): (cgroup::Version, bool),
+        maps: &idmap::IdMaps,
+        is_root: bool,
+    ) -> Vec<Effect> {
+        let s = spec(mode);
         let base = match version {
             cgroup::Version::V1 => "/sys/fs/cgroup/pids",
             cgroup::Version::V2 => "/sys/fs/cgroup",
@@ -804,14 +826,14 @@ mod tests {
         };
         let cg = cgroup::plan(&layout, &s.name, 1024, None, false).unwrap();
         let mut k = Recorder::default();
-        for (_, e) in helper_effects_before_clone(&cg, true)
+        for (_, e) in helper_effects_before_clone(&cg, is_root)
             .into_iter()
-            .chain(helper_effects_after_clone(42, &maps, &cg, born_in_v2))
+            .chain(helper_effects_after_clone(42, maps, &cg, born_in_v2))
             .chain(init_effects(
                 &s,
                 &host(),
                 Path::new("/state/box/root"),
-                &cg.v1,
+                (&cg.v1, maps.via_setuid_helpers),
             ))
         {
             k.apply(&e).unwrap();
@@ -834,6 +856,42 @@ mod tests {
                 | Effect::MakeMountsPrivate
                 | Effect::PivotRoot(_)
         )
+    }
+
+    /// An invoker who is not root cannot shed its groups before the clone: newgidmap writes
+    /// the maps (no `deny` first, or setgroups could never be called), and the init sheds
+    /// them once released, before anything else.
+    #[test]
+    fn an_unprivileged_invoker_s_groups_are_shed_by_the_init() {
+        let maps = idmap::choose(
+            1001,
+            1002,
+            Some("dev"),
+            Some("dev:300000:65536\n"),
+            Some("dev:300000:65536\n"),
+        )
+        .unwrap();
+        assert!(maps.via_setuid_helpers);
+        let fx = recorded_as(
+            WorkspaceMode::Copy,
+            (cgroup::Version::V1, false),
+            &maps,
+            false,
+        );
+        assert!(!fx.iter().any(|e| matches!(e, Effect::DenySetgroups { .. })));
+        let release = position(&fx, |e| matches!(e, Effect::AwaitRelease));
+        assert_eq!(fx[release + 1], Effect::ClearSupplementaryGroups);
+        assert_eq!(
+            fx.iter()
+                .filter(|e| matches!(e, Effect::ClearSupplementaryGroups))
+                .count(),
+            1
+        );
+        // As root, the helper sheds them before the clone and `deny` stays.
+        let fx = recorded(WorkspaceMode::Copy);
+        let shed = position(&fx, |e| matches!(e, Effect::ClearSupplementaryGroups));
+        assert!(shed < position(&fx, |e| matches!(e, Effect::DenySetgroups { .. })));
+        assert!(shed < position(&fx, |e| matches!(e, Effect::AwaitRelease)));
     }
 
     #[test]
