@@ -504,7 +504,7 @@ fn run_provisioned(
         }
     };
     for w in &sandbox.report().warnings {
-        eprintln!("capgate: WARNING: {w}");
+        eprintln!("capgate: WARNING: {}", w.trim_start_matches("WARNING: "));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

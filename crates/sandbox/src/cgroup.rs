@@ -36,6 +36,29 @@ pub(crate) struct Layout {
     pub memory: Option<Home>,
     /// The cgroup2 mount, if any, and the controllers it offers.
     pub v2: Option<(PathBuf, Vec<String>)>,
+    /// Controllers whose hierarchy exists but where this user cannot make cgroups (set by
+    /// [`Layout::keep_writable`]), with that hierarchy's base.
+    pub not_writable: Vec<(&'static str, PathBuf)>,
+}
+
+impl Layout {
+    /// Drops the controllers whose `<base>/capgate` (or, before it exists, `<base>`) this
+    /// user cannot write: a hierarchy nobody delegated is as good as missing, and says so.
+    pub(crate) fn keep_writable(&mut self, writable: impl Fn(&Path) -> bool) {
+        for (controller, home) in [("pids", &mut self.pids), ("memory", &mut self.memory)] {
+            let Some(h) = home.as_ref() else { continue };
+            let parent = h.base.join("capgate");
+            let target = if parent.exists() {
+                parent
+            } else {
+                h.base.clone()
+            };
+            if !writable(&target) {
+                self.not_writable.push((controller, h.base.clone()));
+                *home = None;
+            }
+        }
+    }
 }
 
 /// One mount of `/proc/self/mountinfo` that matters here.
@@ -159,11 +182,23 @@ pub(crate) fn detect(
         pids: home("pids"),
         memory: home("memory"),
         v2,
+        not_writable: Vec::new(),
     }
 }
 
 /// Why a controller is missing, and how to get it.
 pub(crate) fn missing_explanation(layout: &Layout, controller: &str) -> String {
+    if let Some((_, base)) = layout.not_writable.iter().find(|(c, _)| *c == controller) {
+        return format!(
+            "the `{controller}` cgroup hierarchy at {} is not writable by this user (uid {}); \
+             have an administrator delegate a subtree (`mkdir {}/capgate && chown $USER {}/capgate`; \
+             on systemd hosts, cgroup v2 with a delegated user slice), or pass --dangerously-skip-limits",
+            base.display(),
+            nix::unistd::geteuid(),
+            base.display(),
+            base.display()
+        );
+    }
     match &layout.v2 {
         Some((point, list)) if !list.is_empty() => format!(
             "no cgroup v1 hierarchy has `{controller}`, and the cgroup v2 hierarchy at {} offers only `{}`; \
@@ -184,6 +219,11 @@ pub(crate) fn missing_explanation(layout: &Layout, controller: &str) -> String {
              mount cgroup2 on /sys/fs/cgroup, or pass --dangerously-skip-limits"
         ),
     }
+}
+
+/// Whether this process may create entries in `dir` (`access(W_OK)`).
+pub(crate) fn writable(dir: &Path) -> bool {
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 /// The directory of sandbox `name` under a home.

@@ -292,9 +292,10 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
     tryh!(prepare_state(spec));
 
     // cgroups.
-    let layout = cgroup::detect(&mountinfo, &self_cgroup, |p| {
+    let mut layout = cgroup::detect(&mountinfo, &self_cgroup, |p| {
         std::fs::read_to_string(p.join("cgroup.controllers")).ok()
     });
+    layout.keep_writable(cgroup::writable);
     let limits = spec.limits;
     let mut cg = tryh!(
         cgroup::plan(

@@ -823,6 +823,7 @@ mod tests {
             }),
             memory: None,
             v2: (version == cgroup::Version::V2).then(|| (PathBuf::from(base), Vec::new())),
+            not_writable: Vec::new(),
         };
         let cg = cgroup::plan(&layout, &s.name, 1024, None, false).unwrap();
         let mut k = Recorder::default();

@@ -113,9 +113,10 @@ impl HostFacts {
         let euid = nix::unistd::geteuid().as_raw();
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let cgroups = cgroup::detect(&mountinfo, &self_cgroup, |p| {
+        let mut cgroups = cgroup::detect(&mountinfo, &self_cgroup, |p| {
             std::fs::read_to_string(p.join("cgroup.controllers")).ok()
         });
+        cgroups.keep_writable(cgroup::writable);
         let memsw_file = cgroups
             .memory
             .as_ref()
@@ -394,6 +395,7 @@ mod tests {
                     "/sys/fs/cgroup".into(),
                     vec!["pids".into(), "memory".into()],
                 )),
+                not_writable: Vec::new(),
             },
             filesystems: "nodev\ttmpfs\nnodev\toverlay\n".into(),
             kernel_release: "6.8.0-1-generic".into(),
@@ -450,11 +452,53 @@ mod tests {
             pids: None,
             memory: None,
             v2: Some(("/sys/fs/cgroup/unified".into(), vec![])),
+            not_writable: Vec::new(),
         };
         let r = assess(&f);
         let c = r.check(Feature::PidsLimit).unwrap();
         assert_eq!(c.availability, Availability::Missing);
         assert!(c.detail.contains("has no controllers"), "{}", c.detail);
+    }
+
+    /// A hierarchy this user cannot write (v1 without delegation, as a normal user) is
+    /// missing for capgate, and the report says what to do; a writable one stays.
+    #[test]
+    fn a_cgroup_hierarchy_nobody_delegated_is_missing_with_the_fix() {
+        let home = |base: &str| {
+            Some(cgroup::Home {
+                version: Version::V1,
+                base: base.into(),
+            })
+        };
+        let mut layout = cgroup::Layout {
+            pids: home("/sys/fs/cgroup/pids"),
+            memory: home("/sys/fs/cgroup/memory/user"),
+            v2: None,
+            not_writable: Vec::new(),
+        };
+        layout.keep_writable(|p| p.starts_with("/sys/fs/cgroup/memory"));
+        assert_eq!(layout.pids, None);
+        assert!(layout.memory.is_some());
+        let mut f = good();
+        f.cgroups = layout;
+        let c = assess(&f).check(Feature::PidsLimit).unwrap().clone();
+        assert_eq!(c.availability, Availability::Missing);
+        assert!(
+            c.detail
+                .contains("/sys/fs/cgroup/pids is not writable by this user")
+                && c.detail.contains("mkdir /sys/fs/cgroup/pids/capgate")
+                && c.detail.contains("--dangerously-skip-limits"),
+            "{}",
+            c.detail
+        );
+        // --dangerously-skip-limits then starts without it, loudly.
+        let plan = cgroup::plan(&f.cgroups, "box", 1024, None, true).unwrap();
+        assert!(plan.dirs.is_empty());
+        assert!(
+            plan.warnings[0].contains("pids limit NOT enforced"),
+            "{:?}",
+            plan.warnings
+        );
     }
 
     #[test]
