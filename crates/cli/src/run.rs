@@ -382,8 +382,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let outcome = run_provisioned(args, (&name, &plan, &base), &store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
-        if let Ok(dir) = SandboxDir::of(&name) {
-            let _ = dir.remove();
+        if let Ok(dir) = SandboxDir::of(&name)
+            && let Err(e) = dir.remove()
+        {
+            eprintln!("capgate: WARNING: this run's state is left on disk: {e:#}");
         }
     }
     outcome

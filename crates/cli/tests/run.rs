@@ -650,11 +650,24 @@ fn a_normal_user_runs_confined_without_its_groups() {
             let (stdout, stderr) = out(&o);
             assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
             assert!(stderr.contains("NOT enforced"), "{stderr}");
+            assert!(!stderr.contains("left on disk"), "{stderr}");
+            check_left(&env);
             return check_groups(&stdout);
         }
         other => panic!("{other:?}: {stdout}{stderr}"),
     }
+    assert!(!stderr.contains("left on disk"), "{stderr}");
+    check_left(&env);
     check_groups(&stdout);
+
+    fn check_left(env: &Env) {
+        // The ephemeral state is gone, overlayfs's mode-000 work dir (owned by a
+        // subordinate id) included.
+        let left: Vec<_> = std::fs::read_dir(env.path("home/sandboxes"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "state left on disk: {left:?}");
+    }
 
     fn check_groups(stdout: &str) {
         let mut lines = stdout.lines();
