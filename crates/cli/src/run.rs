@@ -20,8 +20,8 @@ use capgate_sandbox::{
     EtcFiles, HelperCommand, ListenerKind, ListenerSpec, Prepared, RunCommand, Sandbox,
     SandboxError, SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
 };
-use capgate_spec::caps::Capability;
 use capgate_spec::caps::lifecycle::{FileSpec, Lifecycle};
+use capgate_spec::caps::{Capability, KnownType};
 
 use crate::exit;
 use crate::gateway::{self, workload_env};
@@ -505,6 +505,9 @@ fn run_provisioned(
             return Ok(start_failure(&e));
         }
     };
+    for w in unimplemented(plan) {
+        eprintln!("capgate: WARNING: {w}");
+    }
     for w in &sandbox.report().warnings {
         eprintln!("capgate: WARNING: {}", w.trim_start_matches("WARNING: "));
     }
@@ -564,6 +567,37 @@ fn run_provisioned(
         return Ok(exit::VIOLATION);
     }
     Ok(code)
+}
+
+/// Capability types the resolver accepts (they grant nothing unsafe when left out) but
+/// that `capgate run` does not provide yet: the workload runs without them, and is told.
+const NOT_PROVIDED: [(KnownType, &str); 4] = [
+    (KnownType::Port, "no port is published to the host"),
+    (
+        KnownType::SshAgent,
+        "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",
+    ),
+    (
+        KnownType::AgentSkills,
+        "the skills directories are not mounted",
+    ),
+    (KnownType::GitIdentity, "no git name or email is provided"),
+];
+
+/// One line per composed entry of a type `capgate run` does not provide.
+fn unimplemented(plan: &Plan) -> Vec<String> {
+    plan.composed
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let known = e.known?;
+            let (_, what) = NOT_PROVIDED.iter().find(|(t, _)| *t == known)?;
+            Some(format!(
+                "{} is accepted but not provided by capgate run yet: {what}",
+                known.name()
+            ))
+        })
+        .collect()
 }
 
 /// Writes one lifecycle@1 file inside, as the agent (so it owns it and may change it),

@@ -127,6 +127,21 @@ fn out(o: &Output) -> (String, String) {
     )
 }
 
+impl Env {
+    /// Writes `yaml` as the kit `name` and runs `capgate run --kit name -- cmd…`: the exit
+    /// code, stdout and stderr.
+    fn run_kit(&self, name: &str, yaml: &str, cmd: &[&str]) -> (Option<i32>, String, String) {
+        std::fs::create_dir_all(self.path(name)).unwrap();
+        std::fs::write(self.path(name).join("kit.yaml"), yaml).unwrap();
+        let kit = self.path(name).display().to_string();
+        let mut args = vec!["run", "--kit", kit.as_str(), "--"];
+        args.extend_from_slice(cmd);
+        let o = self.capgate(&args, None);
+        let (stdout, stderr) = out(&o);
+        (o.status.code(), stdout, stderr)
+    }
+}
+
 /// One line per probe: `name=result`.
 fn probes(stdout: &str) -> std::collections::BTreeMap<String, String> {
     stdout
@@ -428,36 +443,19 @@ fn a_kit_memory_limit_is_applied_or_the_run_refused() {
             "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{memory: \"{memory}\"}}\n"
         )
     };
-    std::fs::create_dir_all(env.path("frac")).unwrap();
-    std::fs::write(env.path("frac/kit.yaml"), kit("1.5g")).unwrap();
-    let frac = env.path("frac").display().to_string();
-    let o = env.capgate(
-        &[
-            "run",
-            "--kit",
-            &frac,
-            "--name",
-            "mem-frac",
-            "--",
-            "sh",
-            "-c",
-            "grep -E ':memory:|^0::' /proc/self/cgroup",
-        ],
-        None,
+    let (code, stdout, stderr) = env.run_kit(
+        "frac",
+        &kit("1.5g"),
+        &["sh", "-c", "grep -E ':memory:|^0::' /proc/self/cgroup"],
     );
-    let (stdout, stderr) = out(&o);
-    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(
-        stdout.contains("capgate/mem-frac"),
+        stdout.contains("capgate/run-"),
         "the workload is not in its own memory cgroup: {stdout}"
     );
 
-    std::fs::create_dir_all(env.path("zero")).unwrap();
-    std::fs::write(env.path("zero/kit.yaml"), kit("0")).unwrap();
-    let zero = env.path("zero").display().to_string();
-    let o = env.capgate(&["run", "--kit", &zero, "--", "true"], None);
-    let (stdout, stderr) = out(&o);
-    assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+    let (code, stdout, stderr) = env.run_kit("zero", &kit("0"), &["true"]);
+    assert_eq!(code, Some(125), "{stdout}{stderr}");
     assert!(stderr.contains("resources@1 memory"), "{stderr}");
 }
 
@@ -543,9 +541,8 @@ fn host_mounts_are_kept_per_declaring_kit() {
 #[test]
 fn lifecycle_files_are_written_before_the_workload() {
     let env = setup();
-    std::fs::create_dir_all(env.path("k")).unwrap();
-    std::fs::write(
-        env.path("k/kit.yaml"),
+    let (code, stdout, stderr) = env.run_kit(
+        "k",
         r#"schemaVersion: "3"
 kind: workload
 capabilities:
@@ -556,37 +553,25 @@ capabilities:
         - {path: /home/agent/workspace/notes.txt, content: "replaced\n", overwrite: false}
         - {path: /home/agent/workspace/new.txt, content: "new\n"}
 "#,
-    )
-    .unwrap();
-    let kit = env.path("k").display().to_string();
-    let o = env.capgate(
         &[
-            "run",
-            "--kit",
-            &kit,
-            "--",
             "sh",
             "-c",
             "cat /home/agent/.config/pip/pip.conf; stat -c '%a %u' /home/agent/.config/pip/pip.conf; cat /home/agent/workspace/notes.txt /home/agent/workspace/new.txt",
         ],
-        None,
     );
-    let (stdout, stderr) = out(&o);
-    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert_eq!(
         stdout,
         "[global]\nindex-url = https://pypi.example/simple\n600 1000\nworkspace file\nnew\n"
     );
 
     // A file the agent cannot write (the read-only /etc) stops the run before the workload.
-    std::fs::write(
-        env.path("k/kit.yaml"),
+    let (code, stdout, stderr) = env.run_kit(
+        "k",
         "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/lifecycle@1\n    config: {files: [{path: /etc/capgate-test, content: x}]}\n",
-    )
-    .unwrap();
-    let o = env.capgate(&["run", "--kit", &kit, "--", "echo", "RAN"], None);
-    let (stdout, stderr) = out(&o);
-    assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+        &["echo", "RAN"],
+    );
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(!stdout.contains("RAN"), "{stdout}");
     assert!(
         stderr.contains("lifecycle file `/etc/capgate-test` could not be written"),
@@ -682,5 +667,25 @@ fn a_normal_user_runs_confined_without_its_groups() {
                 .is_some_and(|l| l.contains("Permission denied")),
             "the invoker's group must not open the file: {stdout}"
         );
+    }
+}
+
+/// A capability the resolver accepts but `capgate run` does not provide yet is named on
+/// stderr, not silently dropped; the workload still runs.
+#[test]
+fn accepted_but_unprovided_capabilities_are_named() {
+    let env = setup();
+    let (code, stdout, stderr) = env.run_kit(
+        "k",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {container: 8080}\n  - type: com.docker.sandbox/ssh-agent@1\n    config: {phase: runtime}\n",
+        &["sh", "-c", "echo ${SSH_AUTH_SOCK:-none}"],
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "none\n");
+    for what in [
+        "port@1 is accepted but not provided",
+        "ssh-agent@1 is accepted but not provided",
+    ] {
+        assert!(stderr.contains(what), "{what}: {stderr}");
     }
 }
