@@ -463,6 +463,16 @@ capabilities:
             "{domain: api.github.com, header: X-Other}",
             "runtime github api.github.com X-Other: Bearer %s",
         ),
+        // A scheme other than basic changes nothing: header and format still say where
+        // the key goes.
+        (
+            "{domain: api.github.com, scheme: token, header: X-Echo-Me, format: \"%s\"}",
+            "runtime github api.github.com X-Echo-Me: %s",
+        ),
+        (
+            "{domain: api.github.com, scheme: Basic, username: bot}",
+            "runtime github api.github.com Authorization: basic bot",
+        ),
     ] {
         std::fs::write(dir.join("w/kit.yaml"), kit(inject)).unwrap();
         let out = capgate(dir, &["lock", "w", "--check", "--json"]);

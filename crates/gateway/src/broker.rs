@@ -83,10 +83,7 @@ impl Broker {
                     let Ok(domain) = normalize_host(domain) else {
                         continue;
                     };
-                    let basic = rule
-                        .scheme
-                        .as_deref()
-                        .is_some_and(|s| s.eq_ignore_ascii_case("basic"));
+                    let basic = rule.is_basic();
                     injections.push(Injection {
                         service: c.service.clone(),
                         phase: *phase,

@@ -249,8 +249,9 @@ fn project_entries(entries: &[HostEntry], hosts: &mut Vec<String>, http: &mut Ve
 }
 
 /// Where each credential's real value goes, one string per (phase, service, destination,
-/// presentation): `runtime github api.github.com Authorization: Bearer %s`, `… basic
-/// <username>`, `… oauth-resource <host>`, `… oauth-token <host><path>`. Sorted, without
+/// presentation): `runtime github api.github.com Authorization: Bearer %s`, `…
+/// Authorization: basic <username>`, `… oauth-resource <host>`, `… oauth-token
+/// <host><path>`. Sorted, without
 /// duplicates; hosts lowercased without a trailing dot. The spec's surface records only the
 /// service names, so a new inject domain on a host already allowed, or a new header, would
 /// pass unseen; the lock keeps these beside the surface (capgate's own field).
@@ -264,13 +265,20 @@ pub fn credential_injects<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> V
         for phase in &c.phases {
             let who = format!("{phase} {}", c.service);
             for rule in c.api_key.iter().flat_map(|k| &k.inject) {
-                let how = match rule.scheme.as_deref().filter(|s| !s.is_empty()) {
-                    Some(scheme) => {
-                        format!("{scheme} {}", rule.username.as_deref().unwrap_or_default())
-                    }
-                    None => format!("{}: {}", rule.header_or_default(), rule.format_or_default()),
+                // As the broker presents it: the header, then basic credentials for the
+                // user, or the format (a scheme other than basic changes nothing).
+                let how = if rule.is_basic() {
+                    format!(
+                        "{}: basic {}",
+                        rule.header_or_default(),
+                        rule.username.as_deref().unwrap_or_default()
+                    )
+                } else {
+                    format!("{}: {}", rule.header_or_default(), rule.format_or_default())
                 };
-                out.push(format!("{who} {} {how}", host(&rule.domain)));
+                // The broker matches the domain without its port.
+                let domain = rule.domain.split(':').next().unwrap_or_default();
+                out.push(format!("{who} {} {how}", host(domain)));
             }
             if let Some(oauth) = &c.oauth {
                 for h in &oauth.resource_hosts {

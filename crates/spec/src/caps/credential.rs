@@ -100,6 +100,14 @@ impl InjectRule {
             .unwrap_or(Self::DEFAULT_HEADER)
     }
 
+    /// Whether the key goes as HTTP basic credentials (`scheme: basic`, any case); any
+    /// other scheme presents it through `header` and `format`.
+    pub fn is_basic(&self) -> bool {
+        self.scheme
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("basic"))
+    }
+
     /// The value template (an empty `format` reads as omitted, as in the published form).
     pub fn format_or_default(&self) -> &str {
         self.format
