@@ -628,8 +628,12 @@ chmod "$2" "$1""#;
         let mut write = write;
         let _ = write.write_all(&content);
     });
-    let status = sandbox.run(&cmd)?;
+    let status = sandbox.run(&cmd);
+    // Our copy of the read end goes first: a script that stopped reading (a file kept, a
+    // failed mkdir) must not leave the writer blocked on a full pipe.
+    drop(cmd);
     let _ = writer.join();
+    let status = status?;
     if !status.success() {
         bail!("the write inside exited with {}", status_code(status));
     }

@@ -565,6 +565,19 @@ capabilities:
         "[global]\nindex-url = https://pypi.example/simple\n600 1000\nworkspace file\nnew\n"
     );
 
+    // A kept file whose content is larger than a pipe holds: nothing reads it, and the
+    // run must not wait for a reader.
+    let big = "x".repeat(200_000);
+    let (code, stdout, stderr) = env.run_kit(
+        "k",
+        &format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/lifecycle@1\n    config: {{files: [{{path: /home/agent/workspace/notes.txt, content: {big}, overwrite: false}}]}}\n"
+        ),
+        &["cat", "/home/agent/workspace/notes.txt"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "workspace file\n");
+
     // A file the agent cannot write (the read-only /etc) stops the run before the workload.
     let (code, stdout, stderr) = env.run_kit(
         "k",
