@@ -260,7 +260,14 @@ fn volume_dirs(spec: &SandboxSpec) -> Vec<(PathBuf, Option<(u32, u32)>)> {
             {
                 continue;
             }
-            let agent_owned = p.starts_with(AGENT_HOME) || p.starts_with("/tmp");
+            // Under the agent's home, /tmp, or inside another volume (its point is made in
+            // that volume, which is the agent's).
+            let agent_owned = p.starts_with(AGENT_HOME)
+                || p.starts_with("/tmp")
+                || spec
+                    .volumes
+                    .iter()
+                    .any(|v| p != v.target && p.starts_with(&v.target));
             out.push((p, agent_owned.then_some((AGENT_ID, AGENT_ID))));
         }
     }

@@ -235,19 +235,26 @@ fn generated_etc_and_minimal_dev() {
 #[test]
 fn nested_volumes_both_mount_and_persist() {
     let mut s = setup("fs-nest", WorkspaceMode::Copy);
-    let (outer, inner) = (s.dir.path().join("outer"), s.dir.path().join("inner"));
-    s.spec.volumes.push(VolumeMount {
-        target: PathBuf::from("/home/agent/data/sub"),
-        source: VolumeSource::Dir(inner.clone()),
-    });
-    s.spec.volumes.push(VolumeMount {
-        target: PathBuf::from("/home/agent/data"),
-        source: VolumeSource::Dir(outer.clone()),
-    });
+    let dir = s.dir.path().to_path_buf();
+    let (outer, inner) = (dir.join("outer"), dir.join("inner"));
+    // Inner before outer on purpose; and, outside the agent's home, a point made inside
+    // the outer volume (/data/sub) that must be the agent's.
+    for (target, source) in [
+        ("/home/agent/data/sub", &inner),
+        ("/home/agent/data", &outer),
+        ("/data", &dir.join("top")),
+        ("/data/sub/cache", &dir.join("deep")),
+    ] {
+        s.spec.volumes.push(VolumeMount {
+            target: PathBuf::from(target),
+            source: VolumeSource::Dir(source.clone()),
+        });
+    }
     let mut b = start(&s.spec);
     let out = sh(
         &mut b.sandbox,
-        "echo o > /home/agent/data/o && echo i > /home/agent/data/sub/i && echo ok",
+        "echo o > /home/agent/data/o && echo i > /home/agent/data/sub/i && \
+         echo t > /data/sub/t && echo c > /data/sub/cache/c && echo ok",
     );
     assert_eq!(out.stdout, "ok\n", "{out:?}");
     b.sandbox.stop().unwrap();
