@@ -851,7 +851,7 @@ impl Gateway {
         // HTTP/2 where it is clean: the client offered it and the upstream chose it. The
         // upstream is then dialled before the client's handshake ends, to learn its choice;
         // an HTTP/1.1 connection made that way serves the first request. A failed dial is
-        // kept: the first request is judged as usual and, if allowed, answered with that
+        // kept for the first request: judged as usual and, if allowed, answered with that
         // failure (never a second dial, which would make the client wait twice).
         let offers_h2 = start
             .client_hello()
@@ -932,6 +932,9 @@ impl Gateway {
                     Some(vetted),
                 )
                 .await?;
+            // The early failure answers the first request only: one refused by the policy
+            // leaves it unused, and a later request dials afresh.
+            failed_dial = None;
             if !keep {
                 break;
             }
