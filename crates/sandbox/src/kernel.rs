@@ -81,9 +81,11 @@ pub(crate) enum Effect {
     /// Remount (a bind with `MS_BIND`, or a whole filesystem) with `flags`; flags the
     /// kernel locked on the source mount are kept.
     Remount { target: PathBuf, flags: MsFlags },
-    /// Refuse (fail) when a component of `path` below `root` is a symbolic link; a missing
-    /// component ends the check (what is made next is made by capgate).
-    NoSymlinks { root: PathBuf, path: PathBuf },
+    /// `inner` (a `MakeDir`, `Mount` or `Remount`) applied to its path below `root`, each
+    /// component opened without following a symbolic link (`O_NOFOLLOW`, one at a time
+    /// from a descriptor of `root`), and the effect applied through that descriptor: for
+    /// paths in persistent places a workload could change, even while this runs.
+    Beneath { root: PathBuf, inner: Box<Effect> },
     /// `mkdir` with a mode and an owner (inside ids).
     MakeDir {
         path: PathBuf,

@@ -3,9 +3,9 @@
 
 use std::ffi::CString;
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use caps::{CapSet, Capability};
 use landlock::{
@@ -15,6 +15,7 @@ use landlock::{
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::statvfs::FsFlags;
 use nix::unistd::{Gid, Uid};
+use rustix::fs::{Mode, OFlags};
 
 use crate::idmap::IdMaps;
 use crate::kernel::{Applied, Effect, IdKind, Kernel, LandlockRules};
@@ -40,6 +41,75 @@ pub(crate) struct Linux {
 }
 
 impl Linux {
+    /// [`Effect::Beneath`].
+    fn apply_beneath(&mut self, root: &Path, inner: &Effect) -> io::Result<Applied> {
+        match inner {
+            Effect::MakeDir { path, mode, owner } => {
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(other(format!("`{}` has no parent", path.display())));
+                };
+                let walk = OFlags::PATH | OFlags::DIRECTORY;
+                let parent_fd = open_beneath(root, parent, walk)?;
+                match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(*mode)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(with_path(e.into(), "mkdir", path)),
+                }
+                // Opened again by name from the parent's descriptor, without following a link
+                // someone swapped in: the mode and owner go to what was made or found.
+                let fd = rustix::fs::openat(
+                    &parent_fd,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| match e {
+                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => {
+                        not_through_links(root, path)
+                    }
+                    e => with_path(e.into(), "open", path),
+                })?;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode))
+                    .map_err(|e| with_path(e.into(), "chmod", path))?;
+                if let Some((uid, gid)) = owner {
+                    rustix::fs::fchown(
+                        &fd,
+                        Some(rustix::fs::Uid::from_raw(*uid)),
+                        Some(rustix::fs::Gid::from_raw(*gid)),
+                    )
+                    .map_err(|e| with_path(e.into(), "chown", path))?;
+                }
+                Ok(Applied::Nothing)
+            }
+            Effect::Mount { target, .. } | Effect::Remount { target, .. } => {
+                let fd = open_beneath(root, target, OFlags::PATH | OFlags::DIRECTORY)?;
+                let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+                let rewritten = match inner.clone() {
+                    Effect::Mount {
+                        source,
+                        fstype,
+                        flags,
+                        data,
+                        ..
+                    } => Effect::Mount {
+                        source,
+                        target: via,
+                        fstype,
+                        flags,
+                        data,
+                    },
+                    Effect::Remount { flags, .. } => Effect::Remount { target: via, flags },
+                    _ => unreachable!("matched above"),
+                };
+                self.apply(&rewritten).map_err(|e| {
+                    io::Error::new(e.kind(), format!("{e} (at `{}`)", target.display()))
+                })
+            }
+            other_effect => Err(other(format!(
+                "only a directory, a mount or a remount is applied beneath a root, not {other_effect:?}"
+            ))),
+        }
+    }
+
     /// A copy of the prepared ruleset for a forked command (it shares the kernel object).
     pub(crate) fn landlock_for_child(&self) -> Option<RulesetCreated> {
         self.landlock.as_ref().and_then(|r| r.try_clone().ok())
@@ -60,6 +130,54 @@ fn nix_err(e: nix::Error, what: &str, path: &Path) -> io::Error {
 
 /// Flags a remount must keep because the kernel locks them when the mount came from a more
 /// privileged namespace (dropping one gives EPERM).
+/// The error for a path that crosses a symbolic link (or something not a directory).
+fn not_through_links(root: &Path, at: &Path) -> io::Error {
+    other(format!(
+        "`/{}` is a symbolic link or not a directory (left in a volume or the workspace?): nothing is made or mounted through one",
+        at.strip_prefix(root).unwrap_or(at).display()
+    ))
+}
+
+/// Opens `path` below `root` one component at a time, never following a symbolic link
+/// (`O_PATH | O_NOFOLLOW | O_DIRECTORY`); the last component with `last` flags.
+fn open_beneath(root: &Path, path: &Path, last: OFlags) -> io::Result<OwnedFd> {
+    let below = path.strip_prefix(root).map_err(|_| {
+        other(format!(
+            "`{}` is not below `{}`",
+            path.display(),
+            root.display()
+        ))
+    })?;
+    let walk = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir: OwnedFd = rustix::fs::open(root, walk, Mode::empty())
+        .map_err(|e| with_path(e.into(), "open", root))?;
+    let parts: Vec<_> = below.components().collect();
+    let mut at = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        let Component::Normal(name) = part else {
+            return Err(other(format!(
+                "`{}`: unexpected path component",
+                path.display()
+            )));
+        };
+        at.push(name);
+        let flags = if i + 1 == parts.len() { last } else { walk };
+        dir = match rustix::fs::openat(
+            &dir,
+            *name,
+            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+                return Err(not_through_links(root, &at));
+            }
+            Err(e) => return Err(with_path(e.into(), "open", &at)),
+        };
+    }
+    Ok(dir)
+}
+
 fn locked_flags(target: &Path) -> io::Result<MsFlags> {
     let vfs = nix::sys::statvfs::statvfs(target).map_err(|e| nix_err(e, "statvfs", target))?;
     let f = vfs.flags();
@@ -430,26 +548,7 @@ impl Kernel for Linux {
                 )
                 .map_err(|e| nix_err(e, "remount", target))?;
             }
-            Effect::NoSymlinks { root, path } => {
-                let below = path.strip_prefix(root).map_err(|_| {
-                    other(format!("`{}` is not below the new root", path.display()))
-                })?;
-                let mut at = root.clone();
-                for part in below.components() {
-                    at.push(part);
-                    match std::fs::symlink_metadata(&at) {
-                        Ok(m) if m.file_type().is_symlink() => {
-                            return Err(other(format!(
-                                "`/{}` is a symbolic link (left in a volume or the workspace?): nothing is mounted through one",
-                                at.strip_prefix(root).unwrap_or(&at).display()
-                            )));
-                        }
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                        Err(e) => return Err(with_path(e, "stat", &at)),
-                    }
-                }
-            }
+            Effect::Beneath { root, inner } => return self.apply_beneath(root, inner),
             Effect::MakeDir { path, mode, owner } => {
                 match std::fs::DirBuilder::new().mode(*mode).create(path) {
                     Ok(()) => {}

@@ -510,10 +510,11 @@ pub(crate) fn init_effects(
     }
 
     // Volumes, parents first. A mount point is made only once the volume holding it is
-    // mounted (so a nested volume's point lives in its parent volume), and nothing is made
-    // or mounted through a symbolic link: a persistent volume, or a --mount workspace, may
-    // hold links a workload left to redirect the next run's mounts (onto its `/etc`, or
-    // out of the root before `pivot_root`).
+    // mounted (so a nested volume's point lives in its parent volume), and nothing is made,
+    // chmod'ed, chown'ed or mounted through a symbolic link (`Effect::Beneath`: descriptors,
+    // component by component): a persistent volume, or a --mount workspace, may hold links
+    // a workload left, or swaps in while this runs, to redirect the mounts (onto the
+    // sandbox's `/etc`, or out of the root before `pivot_root`).
     let mut volumes: Vec<_> = spec.volumes.iter().collect();
     volumes.sort_by_key(|v| v.target.components().count());
     let dirs = volume_dirs(spec);
@@ -523,35 +524,30 @@ pub(crate) fn init_effects(
             .iter()
             .filter(|(p, _)| v.target.starts_with(p) && !made.contains(p.as_path()))
             .collect();
+        let beneath = |inner: Effect| Effect::Beneath {
+            root: root.to_path_buf(),
+            inner: Box::new(inner),
+        };
         for (path, owner) in chain {
             made.insert(path);
-            let path = r(&path.to_string_lossy());
-            push(Effect::NoSymlinks {
-                root: root.to_path_buf(),
-                path: path.clone(),
-            });
-            push(Effect::MakeDir {
-                path,
+            push(beneath(Effect::MakeDir {
+                path: r(&path.to_string_lossy()),
                 mode: 0o755,
                 owner: *owner,
-            });
+            }));
         }
         let target = r(&v.target.to_string_lossy());
-        push(Effect::NoSymlinks {
-            root: root.to_path_buf(),
-            path: target.clone(),
-        });
         match &v.source {
             VolumeSource::Dir(src) => {
-                push(bind(src.clone(), target.clone()));
-                push(remount_bind(target, NOSUID_NODEV));
+                push(beneath(bind(src.clone(), target.clone())));
+                push(beneath(remount_bind(target, NOSUID_NODEV)));
             }
-            VolumeSource::Tmpfs { size } => push(mount_fs(
+            VolumeSource::Tmpfs { size } => push(beneath(mount_fs(
                 "tmpfs",
                 target,
                 NOSUID_NODEV,
                 format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
-            )),
+            ))),
         }
     }
 
@@ -1154,20 +1150,34 @@ mod tests {
     #[test]
     fn volume_mount_points_are_created_parents_first_and_owned_by_the_agent_in_home() {
         let fx = recorded(WorkspaceMode::Copy);
+        // Every volume step goes through descriptors beneath the root.
+        let beneath = |e: &Effect| match e {
+            Effect::Beneath { root, inner } => {
+                assert_eq!(root, Path::new("/state/box/root"));
+                Some(inner.as_ref().clone())
+            }
+            _ => None,
+        };
         let cache = position(
             &fx,
-            |e| matches!(e, Effect::MakeDir { path, owner: Some((1000, 1000)), .. } if path.ends_with("home/agent/.cache")),
+            |e| matches!(beneath(e), Some(Effect::MakeDir { path, owner: Some((1000, 1000)), .. }) if path.ends_with("home/agent/.cache")),
         );
         let tools = position(
             &fx,
-            |e| matches!(e, Effect::MakeDir { path, .. } if path.ends_with("home/agent/.cache/tools")),
+            |e| matches!(beneath(e), Some(Effect::MakeDir { path, .. }) if path.ends_with("home/agent/.cache/tools")),
+        );
+        let tools_mount = position(
+            &fx,
+            |e| matches!(beneath(e), Some(Effect::Mount { target, .. }) if target.ends_with("home/agent/.cache/tools")),
         );
         let home_mount = position(
             &fx,
             |e| matches!(e, Effect::Mount { target, .. } if target.ends_with("home/agent")),
         );
-        assert!(home_mount < cache && cache < tools);
-        assert!(fx.iter().any(|e| matches!(e, Effect::MakeDir { path, owner: None, .. } if path.ends_with("root/cache"))));
+        assert!(home_mount < cache && cache < tools && tools < tools_mount);
+        assert!(fx.iter().any(|e| matches!(beneath(e), Some(Effect::MakeDir { path, owner: None, .. }) if path.ends_with("root/cache"))));
+        // No volume step is applied by plain path.
+        assert!(!fx.iter().any(|e| matches!(e, Effect::MakeDir { path, .. } if path.ends_with("home/agent/.cache/tools"))));
     }
 
     #[test]

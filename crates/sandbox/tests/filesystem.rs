@@ -293,3 +293,58 @@ fn a_symlink_left_in_a_volume_never_redirects_the_next_mount() {
     let mode = std::fs::metadata("/tmp").unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o1777);
 }
+
+/// The race of the same attack: while sandboxes start, something (another sandbox on the
+/// same persistent volume) keeps swapping a mount point with a symbolic link to a host
+/// directory. Whatever a start does, nothing is made, chmod'ed or mounted through the
+/// link: the host directory keeps its mode and gets nothing inside.
+#[test]
+fn a_symlink_swapped_in_while_mounting_never_redirects_anything() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s0 = setup("fs-race", WorkspaceMode::Copy);
+    let (outer, victim) = (s0.dir.path().join("outer"), s0.dir.path().join("victim"));
+    std::fs::create_dir_all(outer.join("sub")).unwrap();
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&victim, outer.join("link")).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (outer, stop) = (outer.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let dir = std::fs::File::open(&outer).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = rustix::fs::renameat_with(
+                    &dir,
+                    "sub",
+                    &dir,
+                    "link",
+                    rustix::fs::RenameFlags::EXCHANGE,
+                );
+            }
+        })
+    };
+    for _ in 0..20 {
+        let mut s = setup("fs-race", WorkspaceMode::Copy);
+        for (target, source) in [
+            ("/data", &outer),
+            ("/data/sub/cache", &s0.dir.path().join("deep")),
+        ] {
+            s.spec.volumes.push(VolumeMount {
+                target: PathBuf::from(target),
+                source: VolumeSource::Dir(source.clone()),
+            });
+        }
+        if let Ok((sandbox, _)) = capgate_sandbox::Sandbox::start(&s.spec, &helper()) {
+            sandbox.stop().unwrap();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode, 0o700,
+        "the host directory was chmod'ed through the link"
+    );
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
+}
