@@ -409,6 +409,23 @@ fn run_provisioned(
         eprintln!("capgate: the sandbox could not start: {problem}");
         return Ok(125);
     }
+    // With --mount the workload writes the host directory: a kit or the lock kept there
+    // could be rewritten, and the next run's gate would approve the workload's own grants.
+    if args.mount {
+        let guarded = std::iter::once(base.to_path_buf())
+            .chain(plan.layered_units().map(|u| base.join(&u.reference)));
+        for path in guarded {
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            if path.starts_with(&workspace) {
+                eprintln!(
+                    "capgate: the sandbox could not start: with --mount the workload could rewrite `{}` (a kit or the lock's directory inside the workspace `{}`), and with it what the next run approves; keep kits and the lock outside the workspace (--lock FILE), or run without --mount",
+                    path.display(),
+                    workspace.display()
+                );
+                return Ok(125);
+            }
+        }
+    }
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
     let first_phase = if has_install {

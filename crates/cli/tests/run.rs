@@ -702,3 +702,29 @@ fn accepted_but_unprovided_capabilities_are_named() {
         assert!(stderr.contains(what), "{what}: {stderr}");
     }
 }
+
+/// With --mount the workload writes the host workspace: a kit (or the lock) kept there
+/// could be rewritten to approve itself on the next run, so that is refused; copy mode,
+/// whose writes never reach the host, runs the same kit.
+#[test]
+fn mount_mode_refuses_a_workspace_holding_the_kit_or_its_lock() {
+    let env = setup();
+    let yaml = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [example.com]}}\n";
+    std::fs::create_dir_all(env.path("ws/kit")).unwrap();
+    std::fs::write(env.path("ws/kit/kit.yaml"), yaml).unwrap();
+    let o = env.capgate(
+        &["run", "--mount", "--kit", "kit", "--", "echo", "RAN"],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"));
+    assert!(
+        stderr.contains("with --mount the workload could rewrite"),
+        "{stderr}"
+    );
+    let o = env.capgate(&["run", "--kit", "kit", "--", "echo", "RAN"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "RAN\n");
+}
