@@ -195,23 +195,22 @@ fn volumes(plan: &Plan, base: &Path, sandbox_dir: &Path) -> Result<Vec<VolumeMou
     // directory is keyed on that kit's identity, here its canonical location, so another
     // kit declaring the same path never sees its contents, while updates in place keep them.
     let mut owners: BTreeMap<String, String> = BTreeMap::new();
-    for (unit, selection) in plan.layered_selections() {
-        let location = base.join(&unit.reference);
-        let identity = std::fs::canonicalize(&location)
-            .unwrap_or(location)
-            .display()
-            .to_string();
-        let digest = capgate_resolve::lock::digest_of(identity.as_bytes());
-        let kit_key = digest
+    let kit_key = |reference: &str| {
+        let location = base.join(reference);
+        let identity = std::fs::canonicalize(&location).unwrap_or(location);
+        let digest = capgate_resolve::lock::digest_of(identity.as_os_str().as_encoded_bytes());
+        digest
             .trim_start_matches("sha256:")
             .get(..16)
             .unwrap_or_default()
-            .to_owned();
+            .to_owned()
+    };
+    for (unit, selection) in plan.layered_selections() {
         for (_, entry) in &selection.entries {
             if let Some(Capability::HostMount(m)) = &entry.capability {
                 owners
                     .entry(capgate_spec::caps::clean_path(&m.path))
-                    .or_insert_with(|| kit_key.clone());
+                    .or_insert_with(|| kit_key(&unit.reference));
             }
         }
     }

@@ -1217,16 +1217,7 @@ impl Gateway {
             .is_err()
         {
             *upstream = None;
-            self.send(
-                client,
-                &respond::plain(
-                    502,
-                    Reason::InvalidTarget,
-                    "capgate: the upstream's response cannot be relayed\n",
-                    true,
-                ),
-            )
-            .await?;
+            self.send(client, &respond::unrelayable()).await?;
             return Ok(false);
         }
         // A body already read with the head goes out with it: one write, one packet.
@@ -1339,17 +1330,7 @@ impl Gateway {
         headers.push(Header::new("Upgrade", b"websocket".to_vec()));
         let mut out = Vec::with_capacity(512 + up.buf.len());
         if h1::write_response_head(101, &response.reason, &headers, &mut out).is_err() {
-            self.send(
-                client,
-                &respond::plain(
-                    502,
-                    Reason::InvalidTarget,
-                    "capgate: the upstream's response cannot be relayed\n",
-                    true,
-                ),
-            )
-            .await
-            .ok();
+            self.send(client, &respond::unrelayable()).await.ok();
             return Ok(Switched::Refused);
         }
         // Bytes that came with the heads go first, each to the other side.

@@ -10,6 +10,16 @@ use capgate_policy::{Reason, Verdict};
 pub const REASON_HEADER: &str = "X-Capgate-Reason";
 
 /// A complete `text/plain` HTTP/1.1 response. `close` adds `Connection: close`.
+/// 502 for an upstream response head capgate cannot re-serialize; the connection closes.
+pub fn unrelayable() -> Vec<u8> {
+    plain(
+        502,
+        Reason::InvalidTarget,
+        "capgate: the upstream's response cannot be relayed\n",
+        true,
+    )
+}
+
 pub fn plain(status: u16, reason: Reason, body: &str, close: bool) -> Vec<u8> {
     let mut out = String::with_capacity(256 + body.len());
     let _ = write!(

@@ -42,6 +42,16 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// What this host offers this user: [`detect`] on the live `cgroup.controllers` files,
+    /// then [`Layout::keep_writable`].
+    pub(crate) fn of_host(mountinfo: &str, self_cgroup: &str) -> Layout {
+        let mut layout = detect(mountinfo, self_cgroup, |p| {
+            std::fs::read_to_string(p.join("cgroup.controllers")).ok()
+        });
+        layout.keep_writable(writable);
+        layout
+    }
+
     /// Drops the controllers whose `<base>/capgate` (or, before it exists, `<base>`) this
     /// user cannot write: a hierarchy nobody delegated is as good as missing, and says so.
     pub(crate) fn keep_writable(&mut self, writable: impl Fn(&Path) -> bool) {
@@ -222,7 +232,7 @@ pub(crate) fn missing_explanation(layout: &Layout, controller: &str) -> String {
 }
 
 /// Whether this process may create entries in `dir` (`access(W_OK)`).
-pub(crate) fn writable(dir: &Path) -> bool {
+fn writable(dir: &Path) -> bool {
     nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 

@@ -127,8 +127,7 @@ struct HostFacts {
     user: Option<String>,
     subuid: Option<String>,
     subgid: Option<String>,
-    mountinfo: String,
-    self_cgroup: String,
+    cgroups: cgroup::Layout,
     swap_kb: u64,
     host: HostView,
 }
@@ -142,8 +141,10 @@ impl HostFacts {
             user: user_name(uid),
             subuid: idmap::read_optional(Path::new("/etc/subuid")),
             subgid: idmap::read_optional(Path::new("/etc/subgid")),
-            mountinfo: std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
-            self_cgroup: std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            cgroups: cgroup::Layout::of_host(
+                &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            ),
             swap_kb: cgroup::swap_total_kb(
                 &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
             ),
@@ -271,8 +272,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
         user,
         subuid,
         subgid,
-        mountinfo,
-        self_cgroup,
+        cgroups: layout,
         swap_kb,
         host,
     } = facts;
@@ -292,10 +292,6 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
     tryh!(prepare_state(spec));
 
     // cgroups.
-    let mut layout = cgroup::detect(&mountinfo, &self_cgroup, |p| {
-        std::fs::read_to_string(p.join("cgroup.controllers")).ok()
-    });
-    layout.keep_writable(cgroup::writable);
     let limits = spec.limits;
     let mut cg = tryh!(
         cgroup::plan(

@@ -113,10 +113,7 @@ impl HostFacts {
         let euid = nix::unistd::geteuid().as_raw();
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let mut cgroups = cgroup::detect(&mountinfo, &self_cgroup, |p| {
-            std::fs::read_to_string(p.join("cgroup.controllers")).ok()
-        });
-        cgroups.keep_writable(cgroup::writable);
+        let cgroups = cgroup::Layout::of_host(&mountinfo, &self_cgroup);
         let memsw_file = cgroups
             .memory
             .as_ref()
