@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# capgate gateway benchmark: direct nginx vs capgate vs squid vs tinyproxy, on loopback.
+# capgate gateway benchmark: direct nginx vs capgate vs squid vs tinyproxy (and haproxy as a
+# reference for the 1 MB row), on loopback.
 #
 #   bash bench/gateway.sh            (as root: it apt-get installs what is missing)
 #
@@ -29,6 +30,7 @@ NGINX_HTTP=18080
 NGINX_TLS=18443
 SQUID_PORT=13128
 TINY_PORT=13129
+HAPROXY_PORT=13132
 CAPGATE_PORT=13131
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -38,7 +40,7 @@ die() { log "error: $*"; exit 1; }
 
 # ---- tools -------------------------------------------------------------------------
 missing=()
-for pair in nginx:nginx squid:squid tinyproxy:tinyproxy wrk:wrk openssl:openssl; do
+for pair in nginx:nginx squid:squid tinyproxy:tinyproxy haproxy:haproxy wrk:wrk openssl:openssl; do
     cmd=${pair%%:*} pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
 done
@@ -57,7 +59,7 @@ log "building capgate (release)"
 CAPGATE="$ROOT/target/release/capgate"
 [ -x "$CAPGATE" ] || die "no $CAPGATE after the build"
 
-for port in $NGINX_HTTP $NGINX_TLS $SQUID_PORT $TINY_PORT $CAPGATE_PORT; do
+for port in $NGINX_HTTP $NGINX_TLS $SQUID_PORT $TINY_PORT $HAPROXY_PORT $CAPGATE_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         die "127.0.0.1:$port is already in use"
     fi
@@ -119,7 +121,7 @@ rss_kb() {       # rss_kb PID...: summed VmRSS in KiB
 }
 
 # ---- content and certificates -----------------------------------------------------------
-mkdir -p "$WORK"/{www,pki,nginx/tmp,squid,tinyproxy,capgate,kit}
+mkdir -p "$WORK"/{www,pki,nginx/tmp,squid,tinyproxy,haproxy,capgate,kit}
 head -c 1024 /dev/urandom | base64 -w0 | head -c 1024 >"$WORK/www/1k"
 head -c 1048576 /dev/urandom >"$WORK/www/1m"
 
@@ -162,6 +164,12 @@ TINY_PID=$!
 PIDS+=("$TINY_PID")
 wait_port $TINY_PORT "$TINY_PID" tinyproxy
 
+fill haproxy.cfg >"$WORK/haproxy/haproxy.cfg"
+haproxy -db -f "$WORK/haproxy/haproxy.cfg" >"$WORK/haproxy/out.log" 2>&1 &
+HAPROXY_PID=$!
+PIDS+=("$HAPROXY_PID")
+wait_port $HAPROXY_PORT "$HAPROXY_PID" haproxy
+
 export CAPGATE_HOME="$WORK/capgate/home"
 cp "$HERE/kit.yaml" "$WORK/kit/kit.yaml"
 "$CAPGATE" create bench --kit "$WORK/kit" >"$WORK/capgate/create.log" 2>&1 \
@@ -196,7 +204,8 @@ cpu_gate() {     # wait (at most 30 s) until the machine was < 8 % busy over 1 s
 # target PATH_NAME SIZE: URL and Host for absolute-form through a proxy ("" for direct)
 proxy_port() {
     case $1 in direct) echo "" ;; capgate) echo $CAPGATE_PORT ;;
-        squid) echo $SQUID_PORT ;; tinyproxy) echo $TINY_PORT ;; esac
+        squid) echo $SQUID_PORT ;; tinyproxy) echo $TINY_PORT ;;
+        haproxy) echo $HAPROXY_PORT ;; esac
 }
 origin_host() {  # capgate needs the name its kit grants; the peers get the address, as in perf-baselines
     if [ "$1" = capgate ]; then echo "bench.local:$NGINX_HTTP"; else echo "127.0.0.1:$NGINX_HTTP"; fi
@@ -248,7 +257,7 @@ run_tls() {      # run_tls NAME direct|capgate SECS REP
 }
 
 # ---- smoke check: every path answers 200 before anything is measured ---------------------
-for p in direct capgate squid tinyproxy; do
+for p in direct capgate squid tinyproxy haproxy; do
     port=$(proxy_port $p)
     if [ -z "$port" ]; then
         out=$(wrk -t1 -c1 -d1s -s "$HERE/wrk.lua" "http://127.0.0.1:$NGINX_HTTP/1k" 2>&1)
@@ -275,7 +284,7 @@ done
 log "smoke checks passed; ${REPS} reps, interleaved (rep 1 of everything, then rep 2, ...)"
 
 # ---- the runs --------------------------------------------------------------------------
-PATHS=(direct capgate squid tinyproxy)
+PATHS=(direct capgate squid tinyproxy haproxy)
 for rep in $(seq "$REPS"); do
     for p in "${PATHS[@]}"; do run_wrk "c${CONNS}_1k_$p" "$p" 1k "$CONNS" "$THREADS" "$DURATION" "$rep"; done
     for p in "${PATHS[@]}"; do run_wrk "c${CONNS}_1m_$p" "$p" 1m "$CONNS" "$THREADS" "$DURATION" "$rep"; done

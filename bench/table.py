@@ -47,7 +47,7 @@ def ratio(a, b):
     return a / b if b else math.nan
 
 
-paths = ["direct", "capgate", "squid", "tinyproxy"]
+paths = ["direct", "capgate", "squid", "tinyproxy", "haproxy"]
 gates = [int(r["gate"]) for rs in rows.values() for r in rs]
 print()
 print(f"capgate gateway benchmark: loopback, medians of {meta.get('reps', '?')} interleaved runs; "
@@ -68,6 +68,10 @@ print(f"per-run req/s (1 KB c{C}): " + "; ".join(f"{p} {runs(f'c{C}_1k_{p}', 'rp
 print(f"per-run MB/s (1 MB c{C}): " + "; ".join(f"{p} {runs(f'c{C}_1m_{p}', 'bps', 1e-6)}" for p in paths))
 print("per-run c1 p99 µs: " + "; ".join(f"{p} {runs(f'c1_1k_{p}', 'p99_us')}" for p in paths))
 print("* tinyproxy closes the client connection after every response; wrk counts those as read errors.")
+print("haproxy is a reference, not a goal: a reverse proxy to a fixed backend (no names, policy or audit), "
+      "splicing bodies as capgate does.")
+ratios = [ratio(float(c["bps"]), float(d["bps"])) for c, d in zip(ok_runs(f"c{C}_1m_capgate"), ok_runs(f"c{C}_1m_direct"))]
+print("per-rep 1 MB capgate / direct: " + " / ".join(f"{100 * r:.0f} %" for r in ratios))
 print()
 
 cg, sq, ti, di = (med(f"c{C}_1k_{p}", "rps") for p in ("capgate", "squid", "tinyproxy", "direct"))
@@ -92,7 +96,8 @@ print(f"| p99 added latency < 1 ms (c1: capgate p99 − direct p99) | {add99_c1:
       f"| {verdict(add99_c1 < 1.0)} |")
 print(f"| 1 MB throughput ≥ 70 % of direct | {100 * tput:.0f} % "
       f"(squid {100 * ratio(mb['squid'], mb['direct']):.0f} %, "
-      f"tinyproxy {100 * ratio(mb['tinyproxy'], mb['direct']):.0f} %) | {verdict(tput >= 0.70)} |")
+      f"tinyproxy {100 * ratio(mb['tinyproxy'], mb['direct']):.0f} %; haproxy, the splicing reverse-proxy "
+      f"reference, {100 * ratio(mb['haproxy'], mb['direct']):.0f} %) | {verdict(tput >= 0.70)} |")
 print()
 tc, td = med("tls_1k_capgate", "rps"), med("tls_1k_direct", "rps")
 print(f"TLS-intercepted (tls.local, bounded GET rule; {meta.get('tls_procs', '?')} Python clients, "
