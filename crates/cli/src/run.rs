@@ -21,6 +21,7 @@ use capgate_sandbox::{
     SandboxError, SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
 };
 use capgate_spec::caps::lifecycle::{FileSpec, Lifecycle};
+use capgate_spec::caps::storage::Resources;
 use capgate_spec::caps::{Capability, KnownType};
 
 use crate::exit;
@@ -73,6 +74,10 @@ pub struct RunArgs {
     /// Memory limit, e.g. `512m` or `2g` (swap capped to it; tmpfs counts).
     #[arg(long, value_parser = parse_size)]
     memory: Option<u64>,
+    /// CPU limit in CPUs, e.g. `0.5` or `2` (a CFS quota per 100 ms period; overrides the
+    /// kit's resources@1 `cpu`).
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    cpus: Option<u32>,
     /// Process and thread limit.
     #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS)]
     pids: u32,
@@ -103,6 +108,27 @@ pub struct RunArgs {
 fn parse_size(s: &str) -> Result<u64, String> {
     capgate_spec::caps::storage::size_in_bytes(s.trim())
         .ok_or_else(|| format!("`{s}` is not a size such as `512m`, `1.5g` or `2GiB`"))
+}
+
+/// `--cpus`: a positive number of CPUs, as thousandths of a CPU.
+fn parse_cpus(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<f64>() {
+        Ok(cpus) if cpus > 0.0 => millicpus(cpus),
+        _ => Err(format!(
+            "`{s}` is not a number of CPUs such as `0.5` or `2` (more than zero)"
+        )),
+    }
+}
+
+/// `cpus` CPUs as thousandths of a CPU: at least 1, and refused beyond what a limit can
+/// say (over four million CPUs).
+fn millicpus(cpus: f64) -> Result<u32, String> {
+    let milli = (cpus * 1000.0).round();
+    if !milli.is_finite() || milli > f64::from(u32::MAX) {
+        return Err(format!("{cpus} CPUs is more than a limit can express"));
+    }
+    // In range and finite, so the cast is exact.
+    Ok((milli as u32).max(1))
 }
 
 /// Why `workspace` (canonical) cannot be given to a sandbox, if it cannot: it would show
@@ -161,22 +187,38 @@ fn lifecycle(plan: &Plan) -> Option<Lifecycle> {
         })
 }
 
-/// resources@1 `memory`, in bytes. A value that cannot be applied is an error, never a
-/// limit quietly left out.
-fn memory_from_kits(plan: &Plan) -> Result<Option<u64>, String> {
-    let memory = plan
-        .composed
+/// The composition's resources@1 entry (one author, spec §2.9), if any.
+fn resources(plan: &Plan) -> Option<&Resources> {
+    plan.composed
         .entries
         .iter()
         .find_map(|e| match &e.capability {
-            Some(Capability::Resources(r)) => r.memory.clone(),
+            Some(Capability::Resources(r)) => Some(r),
             _ => None,
-        });
-    match memory.as_deref().map(str::trim) {
+        })
+}
+
+/// resources@1 `memory`, in bytes. A value that cannot be applied is an error, never a
+/// limit quietly left out.
+fn memory_from_kits(plan: &Plan) -> Result<Option<u64>, String> {
+    match resources(plan)
+        .and_then(|r| r.memory.as_deref())
+        .map(str::trim)
+    {
         None | Some("") => Ok(None),
         Some(m) => parse_size(m)
             .map(Some)
             .map_err(|e| format!("resources@1 memory: {e}")),
+    }
+}
+
+/// resources@1 `cpu`, in thousandths of a CPU; `0` (or none) asks for no limit.
+fn cpus_from_kits(plan: &Plan) -> Result<Option<u32>, String> {
+    match resources(plan).and_then(|r| r.cpu) {
+        None | Some(0.0) => Ok(None),
+        Some(c) => millicpus(c)
+            .map(Some)
+            .map_err(|e| format!("resources@1 cpu: {e}")),
     }
 }
 
@@ -496,6 +538,14 @@ fn run_provisioned(
             return Ok(125);
         }
     };
+    spec.limits.millicpus = match (args.cpus, cpus_from_kits(plan)) {
+        (Some(c), _) => Some(c),
+        (None, Ok(c)) => c,
+        (None, Err(e)) => {
+            eprintln!("capgate: the sandbox could not start: {e} (give --cpus CPUS)");
+            return Ok(125);
+        }
+    };
     spec.limits.skip_unavailable = args.dangerously_skip_limits;
     let addr = |s: &str| -> Result<SocketAddr> { Ok(s.parse()?) };
     spec.listeners = vec![
@@ -600,12 +650,18 @@ const NOT_PROVIDED: [(KnownType, &str); 4] = [
     (KnownType::GitIdentity, "no git name or email is provided"),
 ];
 
-/// One line per composed entry of a type `capgate run` does not provide.
+/// One line per composed entry of a type (or field) `capgate run` does not provide.
 fn unimplemented(plan: &Plan) -> Vec<String> {
     plan.composed
         .entries
         .iter()
         .filter_map(|e| {
+            if let Some(Capability::Resources(r)) = &e.capability {
+                let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
+                return Some(format!(
+                    "resources@1 gpu `{gpu}` is accepted but not provided by capgate run yet: no GPU device is visible inside"
+                ));
+            }
             let known = e.known?;
             let (_, what) = NOT_PROVIDED.iter().find(|(t, _)| *t == known)?;
             Some(format!(

@@ -459,6 +459,77 @@ fn a_kit_memory_limit_is_applied_or_the_run_refused() {
     assert!(stderr.contains("resources@1 memory"), "{stderr}");
 }
 
+/// resources@1 cpu becomes the sandbox's CPU limit (its own cpu cgroup), `--cpus`
+/// overrides it, `cpu: 0` asks for none; a gpu request is named as not provided instead of
+/// silently dropped.
+#[test]
+fn a_kit_cpu_limit_is_applied_and_a_gpu_request_is_named() {
+    let env = setup();
+    let kit = |resources: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{{resources}}}\n"
+        )
+    };
+    let cpu_line = "grep -E ':cpu[,:]|^0::' /proc/self/cgroup";
+    let (code, stdout, stderr) =
+        env.run_kit("half", &kit("cpu: 0.5, gpu: all"), &["sh", "-c", cpu_line]);
+    let host = capgate_sandbox::probe_host();
+    let cpu = host.check(capgate_sandbox::Feature::CpuLimit).unwrap();
+    if cpu.availability == capgate_sandbox::Availability::Missing {
+        // A host without the controller refuses the run, saying what is missing.
+        assert_eq!(code, Some(125), "{stdout}{stderr}");
+        assert!(stderr.contains("`cpu`"), "{stderr}");
+        eprintln!("this host has no cpu controller; checked the refusal only:\n{host}");
+        return;
+    }
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("capgate/run-"),
+        "the workload is not in its own cpu cgroup: {stdout}"
+    );
+    assert!(
+        stderr.contains("resources@1 gpu `all` is accepted but not provided"),
+        "{stderr}"
+    );
+
+    // The twin: no cpu asked (0), no cpu cgroup of capgate's, and nothing said about a gpu.
+    let (code, stdout, stderr) = env.run_kit("none", &kit("cpu: 0"), &["sh", "-c", cpu_line]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        !stdout
+            .lines()
+            .any(|l| l.contains(":cpu") && l.contains("capgate/")),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("gpu"), "{stderr}");
+
+    // --cpus on the command line, without any kit.
+    let ws = env.path("ws").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--workspace",
+            &ws,
+            "--cpus",
+            "0.25",
+            "--",
+            "sh",
+            "-c",
+            cpu_line,
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("capgate/run-"), "{stdout}");
+    let o = env.capgate(
+        &["run", "--workspace", &ws, "--cpus", "0", "--", "true"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "usage error: {:?}", out(&o));
+    assert!(out(&o).1.contains("more than zero"), "{:?}", out(&o));
+}
+
 /// A workspace that holds capgate's data directory would show the workload the CA key,
 /// the secrets and the policy store: refused (125) before anything runs. Its twin, a
 /// project directory beside it, runs.

@@ -254,6 +254,7 @@ fn doctor_reports_what_the_host_offers() {
         "Seccomp",
         "PidsLimit",
         "MemoryLimit",
+        "CpuLimit",
         "Overlay",
     ] {
         assert!(text.contains(feature), "{feature} in {text}");

@@ -1,10 +1,11 @@
-//! pids and memory limits through cgroup v1 or v2, whichever hierarchy has the controller.
+//! pids, memory and CPU limits through cgroup v1 or v2, whichever hierarchy has the
+//! controller.
 //!
 //! Placement:
 //! - v1: `<controller mount>/<the caller's own cgroup>/capgate/<name>`, one directory per
 //!   controller. Nesting under the caller's cgroup keeps whatever limits the caller already
 //!   runs under (a systemd service's, a CI job's) as an outer bound.
-//! - v2: `<cgroup2 mount>/capgate/<name>`, with `+pids +memory` enabled in the root's and
+//! - v2: `<cgroup2 mount>/capgate/<name>`, with the controllers it needs (`+pids +memory +cpu`) enabled in the root's and
 //!   `capgate`'s `cgroup.subtree_control`. (Not under the caller's own cgroup: v2 forbids
 //!   enabling controllers for children of a cgroup that has processes.)
 //!
@@ -29,11 +30,23 @@ pub(crate) struct Home {
     pub base: PathBuf,
 }
 
+impl Home {
+    /// `cgroup v1 at /sys/fs/cgroup/pids`, for reports.
+    pub(crate) fn describe(&self) -> String {
+        let version = match self.version {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        };
+        format!("cgroup {version} at {}", self.base.display())
+    }
+}
+
 /// What the host offers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Layout {
     pub pids: Option<Home>,
     pub memory: Option<Home>,
+    pub cpu: Option<Home>,
     /// The cgroup2 mount, if any, and the controllers it offers.
     pub v2: Option<(PathBuf, Vec<String>)>,
     /// Controllers whose hierarchy exists but where this user cannot make cgroups (set by
@@ -55,7 +68,11 @@ impl Layout {
     /// Drops the controllers whose `<base>/capgate` (or, before it exists, `<base>`) this
     /// user cannot write: a hierarchy nobody delegated is as good as missing, and says so.
     pub(crate) fn keep_writable(&mut self, writable: impl Fn(&Path) -> bool) {
-        for (controller, home) in [("pids", &mut self.pids), ("memory", &mut self.memory)] {
+        for (controller, home) in [
+            ("pids", &mut self.pids),
+            ("memory", &mut self.memory),
+            ("cpu", &mut self.cpu),
+        ] {
             let Some(h) = home.as_ref() else { continue };
             let parent = h.base.join("capgate");
             let target = if parent.exists() {
@@ -155,7 +172,7 @@ fn join_own(mount: &CgroupMount, own: &str) -> PathBuf {
     }
 }
 
-/// Finds the homes of `pids` and `memory`. `v2_controllers` reads a cgroup2 mount's
+/// Finds the homes of `pids`, `memory` and `cpu`. `v2_controllers` reads a cgroup2 mount's
 /// `cgroup.controllers`.
 pub(crate) fn detect(
     mountinfo: &str,
@@ -191,6 +208,7 @@ pub(crate) fn detect(
     Layout {
         pids: home("pids"),
         memory: home("memory"),
+        cpu: home("cpu"),
         v2,
         not_writable: Vec::new(),
     }
@@ -279,12 +297,22 @@ pub(crate) struct Missing {
 /// A controller to set up: its name, home and `(file, value)` limits.
 type Wanted<'a> = (&'a str, &'a Home, Vec<(String, String)>);
 
-/// Plans the cgroup of sandbox `name`.
+/// The CFS period capgate uses for CPU limits: 100 ms, the kernel's default.
+pub(crate) const CPU_PERIOD_US: u64 = 100_000;
+
+/// The CFS quota per period for `millicpus` thousandths of a CPU (1500 = one and a half
+/// CPUs' time per period), never below the kernel's minimum of 1 ms.
+pub(crate) fn cpu_quota_us(millicpus: u32) -> u64 {
+    (u64::from(millicpus) * (CPU_PERIOD_US / 1000)).max(1_000)
+}
+
+/// Plans the cgroup of sandbox `name`: `pids` processes, and `memory` bytes and
+/// `millicpus` thousandths of a CPU when given.
 pub(crate) fn plan(
     layout: &Layout,
     name: &str,
     pids: u32,
-    memory: Option<u64>,
+    (memory, millicpus): (Option<u64>, Option<u32>),
     skip_unavailable: bool,
 ) -> Result<Plan, Missing> {
     let mut out = Plan::default();
@@ -324,6 +352,22 @@ pub(crate) fn plan(
                 wanted.push(("memory", home, files));
             }
             None => missing("memory")?,
+        }
+    }
+    if let Some(millicpus) = millicpus {
+        match &layout.cpu {
+            Some(home) => {
+                let quota = cpu_quota_us(millicpus);
+                let files = match home.version {
+                    Version::V1 => vec![
+                        ("cpu.cfs_period_us".into(), CPU_PERIOD_US.to_string()),
+                        ("cpu.cfs_quota_us".into(), quota.to_string()),
+                    ],
+                    Version::V2 => vec![("cpu.max".into(), format!("{quota} {CPU_PERIOD_US}"))],
+                };
+                wanted.push(("cpu", home, files));
+            }
+            None => missing("cpu")?,
         }
     }
     let v2_controllers: Vec<&str> = wanted
@@ -407,7 +451,7 @@ mod tests {
                 base: "/sys/fs/cgroup/memory/process_api/abc".into()
             })
         );
-        let p = plan(&layout, "box", 1024, Some(64 << 20), false).unwrap();
+        let p = plan(&layout, "box", 1024, (Some(64 << 20), None), false).unwrap();
         assert_eq!(
             p.dirs,
             vec![
@@ -444,7 +488,7 @@ mod tests {
         let layout = detect(V2_ONLY, "0::/user.slice/x.scope\n", |_| {
             Some("cpu memory pids io\n".into())
         });
-        let p = plan(&layout, "box", 100, Some(1 << 30), false).unwrap();
+        let p = plan(&layout, "box", 100, (Some(1 << 30), None), false).unwrap();
         assert_eq!(p.dirs, vec![PathBuf::from("/sys/fs/cgroup/capgate/box")]);
         assert_eq!(
             p.ops[0],
@@ -462,14 +506,14 @@ mod tests {
     #[test]
     fn a_missing_controller_fails_with_an_explanation_unless_skipped() {
         let layout = detect(V2_ONLY, "0::/\n", |_| Some(String::new()));
-        let err = plan(&layout, "box", 1024, None, false).unwrap_err();
+        let err = plan(&layout, "box", 1024, (None, None), false).unwrap_err();
         assert!(
             err.explanation.contains("has no controllers"),
             "{}",
             err.explanation
         );
         assert!(err.explanation.contains("--dangerously-skip-limits"));
-        let p = plan(&layout, "box", 1024, Some(1), true).unwrap();
+        let p = plan(&layout, "box", 1024, (Some(1), None), true).unwrap();
         assert_eq!(p.warnings.len(), 2);
         assert!(p.warnings[0].contains("NOT enforced"));
         assert!(p.dirs.is_empty());
@@ -482,14 +526,82 @@ mod tests {
             "8:pids:/\n",
             |_| None,
         );
-        assert!(plan(&layout, "b", 10, None, false).is_ok());
-        let err = plan(&layout, "b", 10, Some(1), false).unwrap_err();
+        assert!(plan(&layout, "b", 10, (None, None), false).is_ok());
+        let err = plan(&layout, "b", 10, (Some(1), None), false).unwrap_err();
         assert!(
             err.explanation
                 .contains("no cgroup filesystem with `memory`"),
             "{}",
             err.explanation
         );
+    }
+
+    const HYBRID_CPU: &str = "\
+34 30 0:30 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu,cpuacct
+";
+
+    #[test]
+    fn a_cpu_limit_is_a_cfs_quota_in_v1_and_cpu_max_in_v2() {
+        let mounts = format!("{HYBRID}{HYBRID_CPU}");
+        let layout = detect(&mounts, "2:cpu,cpuacct:/job\n8:pids:/\n", |_| None);
+        let p = plan(&layout, "box", 64, (None, Some(1500)), false).unwrap();
+        let dir = PathBuf::from("/sys/fs/cgroup/cpu/job/capgate/box");
+        assert!(p.dirs.contains(&dir) && p.v1.contains(&dir), "{:?}", p.dirs);
+        assert!(p.ops.contains(&Op::Write {
+            file: dir.join("cpu.cfs_period_us"),
+            value: "100000".into()
+        }));
+        assert!(p.ops.contains(&Op::Write {
+            file: dir.join("cpu.cfs_quota_us"),
+            value: "150000".into()
+        }));
+
+        let v2 = detect(V2_ONLY, "0::/\n", |_| Some("cpu memory pids\n".into()));
+        let p = plan(&v2, "box", 64, (None, Some(250)), false).unwrap();
+        assert_eq!(
+            p.ops[0],
+            Op::EnableControllers {
+                dir: "/sys/fs/cgroup".into(),
+                controllers: "+pids +cpu".into()
+            }
+        );
+        assert!(p.ops.contains(&Op::Write {
+            file: "/sys/fs/cgroup/capgate/box/cpu.max".into(),
+            value: "25000 100000".into()
+        }));
+    }
+
+    #[test]
+    fn no_cpu_limit_asked_means_no_cpu_cgroup_and_no_cpu_requirement() {
+        // A host without the cpu controller still runs sandboxes that ask for no CPU limit.
+        let layout = detect(HYBRID, HYBRID_SELF, |_| None);
+        assert_eq!(layout.cpu, None);
+        let p = plan(&layout, "box", 64, (None, None), false).unwrap();
+        assert!(
+            !p.ops.iter().any(|o| format!("{o:?}").contains("cpu")),
+            "{:?}",
+            p.ops
+        );
+        // Asked for, it is refused with the reason, or skipped with a warning.
+        let err = plan(&layout, "box", 64, (None, Some(1000)), false).unwrap_err();
+        assert_eq!(err.feature, "the `cpu` cgroup controller");
+        assert!(err.explanation.contains("`cpu`"), "{}", err.explanation);
+        let p = plan(&layout, "box", 64, (None, Some(1000)), true).unwrap();
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("cpu limit NOT enforced")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn cpu_quotas_round_and_respect_the_kernel_minimum() {
+        assert_eq!(cpu_quota_us(1000), 100_000);
+        assert_eq!(cpu_quota_us(333), 33_300);
+        assert_eq!(cpu_quota_us(1), 1_000);
+        assert_eq!(cpu_quota_us(u32::MAX), 429_496_729_500);
     }
 
     #[test]

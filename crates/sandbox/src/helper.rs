@@ -298,7 +298,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
             &layout,
             &spec.name,
             limits.pids,
-            limits.memory,
+            (limits.memory, limits.millicpus),
             limits.skip_unavailable
         )
         .map_err(|m| {

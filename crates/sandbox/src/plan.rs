@@ -825,10 +825,11 @@ mod tests {
                 base: base.into(),
             }),
             memory: None,
+            cpu: None,
             v2: (version == cgroup::Version::V2).then(|| (PathBuf::from(base), Vec::new())),
             not_writable: Vec::new(),
         };
-        let cg = cgroup::plan(&layout, &s.name, 1024, None, false).unwrap();
+        let cg = cgroup::plan(&layout, &s.name, 1024, (None, None), false).unwrap();
         let mut k = Recorder::default();
         for (_, e) in helper_effects_before_clone(&cg, is_root)
             .into_iter()

@@ -22,6 +22,8 @@ pub enum Feature {
     PidsLimit,
     /// The memory cgroup controller and swap capping.
     MemoryLimit,
+    /// The cpu cgroup controller (CPU limits from resources@1 `cpu` or `--cpus`).
+    CpuLimit,
     /// overlayfs inside a user namespace (copy-mode workspaces).
     Overlay,
     /// Mounting a fresh `/proc` (refused when the host's `/proc` is partly masked).
@@ -270,19 +272,7 @@ pub(crate) fn assess(f: &HostFacts) -> HostReport {
 
     // cgroups.
     match &f.cgroups.pids {
-        Some(home) => add(
-            Feature::PidsLimit,
-            Available,
-            format!(
-                "cgroup {} at {}",
-                if home.version == Version::V1 {
-                    "v1"
-                } else {
-                    "v2"
-                },
-                home.base.display()
-            ),
-        ),
+        Some(home) => add(Feature::PidsLimit, Available, home.describe()),
         None => add(
             Feature::PidsLimit,
             Missing,
@@ -300,13 +290,8 @@ pub(crate) fn assess(f: &HostFacts) -> HostReport {
                     Feature::MemoryLimit,
                     Available,
                     format!(
-                        "cgroup {} at {}{}",
-                        if home.version == Version::V1 {
-                            "v1"
-                        } else {
-                            "v2"
-                        },
-                        home.base.display(),
+                        "{}{}",
+                        home.describe(),
                         if swap_capped {
                             ", swap capped"
                         } else {
@@ -322,6 +307,17 @@ pub(crate) fn assess(f: &HostFacts) -> HostReport {
             Feature::MemoryLimit,
             Missing,
             cgroup::missing_explanation(&f.cgroups, "memory"),
+        ),
+    }
+    match &f.cgroups.cpu {
+        Some(home) => add(Feature::CpuLimit, Available, home.describe()),
+        None => add(
+            Feature::CpuLimit,
+            Missing,
+            format!(
+                "needed only by sandboxes that ask for a CPU limit: {}",
+                cgroup::missing_explanation(&f.cgroups, "cpu")
+            ),
         ),
     }
 
@@ -388,9 +384,13 @@ mod tests {
                     version: Version::V2,
                     base: "/sys/fs/cgroup".into(),
                 }),
+                cpu: Some(cgroup::Home {
+                    version: Version::V2,
+                    base: "/sys/fs/cgroup".into(),
+                }),
                 v2: Some((
                     "/sys/fs/cgroup".into(),
-                    vec!["pids".into(), "memory".into()],
+                    vec!["pids".into(), "memory".into(), "cpu".into()],
                 )),
                 not_writable: Vec::new(),
             },
@@ -448,6 +448,7 @@ mod tests {
         f.cgroups = cgroup::Layout {
             pids: None,
             memory: None,
+            cpu: None,
             v2: Some(("/sys/fs/cgroup/unified".into(), vec![])),
             not_writable: Vec::new(),
         };
@@ -470,11 +471,13 @@ mod tests {
         let mut layout = cgroup::Layout {
             pids: home("/sys/fs/cgroup/pids"),
             memory: home("/sys/fs/cgroup/memory/user"),
+            cpu: home("/sys/fs/cgroup/cpu"),
             v2: None,
             not_writable: Vec::new(),
         };
         layout.keep_writable(|p| p.starts_with("/sys/fs/cgroup/memory"));
         assert_eq!(layout.pids, None);
+        assert_eq!(layout.cpu, None);
         assert!(layout.memory.is_some());
         let mut f = good();
         f.cgroups = layout;
@@ -489,7 +492,7 @@ mod tests {
             c.detail
         );
         // --dangerously-skip-limits then starts without it, loudly.
-        let plan = cgroup::plan(&f.cgroups, "box", 1024, None, true).unwrap();
+        let plan = cgroup::plan(&f.cgroups, "box", 1024, (None, None), true).unwrap();
         assert!(plan.dirs.is_empty());
         assert!(
             plan.warnings[0].contains("pids limit NOT enforced"),

@@ -151,6 +151,10 @@ pub struct Limits {
     pub pids: u32,
     /// Memory limit in bytes, swap capped to the same total; tmpfs files count toward it.
     pub memory: Option<u64>,
+    /// CPU time limit in thousandths of a CPU (`1500`: one and a half CPUs' time in every
+    /// 100 ms period; cgroup `cpu.max` or `cpu.cfs_quota_us`); `None`: no limit.
+    #[serde(default)]
+    pub millicpus: Option<u32>,
     /// Size of each tmpfs (`/tmp`, `/home/agent`, `/dev/shm`).
     pub tmpfs_size: u64,
     /// `--dangerously-skip-limits`: start even when the host cannot apply a limit (the
@@ -163,6 +167,7 @@ impl Default for Limits {
         Self {
             pids: DEFAULT_PIDS,
             memory: None,
+            millicpus: None,
             tmpfs_size: DEFAULT_TMPFS_SIZE,
             skip_unavailable: false,
         }
@@ -290,6 +295,13 @@ impl SandboxSpec {
                 field: "limits.pids",
                 value: "0".into(),
                 reason: "must be at least 1",
+            });
+        }
+        if self.limits.millicpus == Some(0) {
+            return Err(SandboxError::InvalidSpec {
+                field: "limits.millicpus",
+                value: "0".into(),
+                reason: "must be at least 1 (no limit is None)",
             });
         }
         if self.limits.tmpfs_size == 0 {

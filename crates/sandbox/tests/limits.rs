@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
-use capgate_sandbox::WorkspaceMode;
+use capgate_sandbox::{Availability, Feature, Sandbox, WorkspaceMode};
 use common::*;
 
 fn cgroup_dir(cgroups: &[PathBuf], controller: &str) -> PathBuf {
@@ -140,4 +140,71 @@ fn tmpfs_files_count_toward_the_memory_limit() {
     let size = sh(&mut b.sandbox, "rm -f /tmp/big; echo removed");
     assert_eq!(size.stdout, "removed\n", "{size:?}");
     b.sandbox.stop().unwrap();
+}
+
+#[test]
+fn a_cpu_limit_throttles_a_busy_loop_and_no_limit_makes_no_cpu_cgroup() {
+    // The twin: a sandbox that asks for no CPU limit gets no cpu cgroup at all.
+    let s = setup("lim-nocpu", WorkspaceMode::Copy);
+    let b = start(&s.spec);
+    let cgroups = b.sandbox.report().cgroups.clone();
+    assert!(
+        !cgroups
+            .iter()
+            .any(|d| d.join("cpu.cfs_quota_us").exists() || d.join("cpu.max").exists()),
+        "{cgroups:?}"
+    );
+    b.sandbox.stop().unwrap();
+
+    let mut s = setup("lim-cpu", WorkspaceMode::Copy);
+    s.spec.limits.millicpus = Some(200);
+    let host = capgate_sandbox::probe_host();
+    if host.check(Feature::CpuLimit).unwrap().availability == Availability::Missing {
+        // A host without the controller refuses the limit, saying what is missing.
+        let err = Sandbox::start(&s.spec, &helper())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("`cpu`"), "{err}");
+        eprintln!("this host has no cpu controller; checked the refusal only:\n{host}");
+        return;
+    }
+    let mut b = start(&s.spec);
+    // v1 mounts the controller as `cpu` or `cpu,cpuacct`: found by its files.
+    let cpu = b
+        .sandbox
+        .report()
+        .cgroups
+        .iter()
+        .find(|d| d.join("cpu.cfs_quota_us").exists() || d.join("cpu.max").exists())
+        .cloned()
+        .unwrap_or_else(|| panic!("no cpu cgroup; host: {}", capgate_sandbox::probe_host()));
+    let throttled = |dir: &Path| -> u64 {
+        read(&dir.join("cpu.stat"))
+            .lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    if cpu.join("cpu.cfs_quota_us").exists() {
+        assert_eq!(read(&cpu.join("cpu.cfs_quota_us")), "20000");
+        assert_eq!(read(&cpu.join("cpu.cfs_period_us")), "100000");
+    } else {
+        assert_eq!(read(&cpu.join("cpu.max")), "20000 100000");
+    }
+    assert_eq!(throttled(&cpu), 0, "nothing has run yet");
+    // Half a second of busy loop needs five periods' worth of a 20 ms quota: the kernel
+    // throttles it, and the CPU time it gets stays near a fifth of the wall time.
+    let lines = py_lines(
+        &mut b.sandbox,
+        "import time\nw, c = time.monotonic(), time.process_time()\nwhile time.monotonic() - w < 0.5: pass\nprint(round((time.process_time() - c) / (time.monotonic() - w), 3))",
+    );
+    let share: f64 = lines[0].parse().unwrap();
+    assert!(throttled(&cpu) >= 1, "{}", read(&cpu.join("cpu.stat")));
+    assert!(
+        share < 0.5,
+        "the loop had {share} of a CPU under a 0.2 limit"
+    );
+    b.sandbox.stop().unwrap();
+    assert!(!cpu.exists(), "the cgroup is removed on stop");
 }

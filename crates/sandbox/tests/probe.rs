@@ -21,6 +21,7 @@ fn the_report_covers_every_feature_and_explains_what_is_missing() {
         Feature::Seccomp,
         Feature::PidsLimit,
         Feature::MemoryLimit,
+        Feature::CpuLimit,
         Feature::Overlay,
         Feature::Proc,
     ] {
