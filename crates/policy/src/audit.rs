@@ -721,24 +721,82 @@ pub struct Pruned {
     pub events: u64,
 }
 
+/// How many events [`prune`] deletes per transaction. Deleting takes the database's write
+/// lock; gateways' audit writers wait for it only up to the busy timeout, so a prune of
+/// millions of events in one transaction (seconds) could make them lose events. A chunk
+/// takes tens of milliseconds.
+pub const PRUNE_CHUNK: usize = 20_000;
+
 /// Removes the events recorded before `before`: the one deliberate exception to the
-/// append-only log, for keeping its size bounded. In one transaction, the delete trigger
-/// is lifted, the rows deleted, the trigger restored, and the prune itself recorded (see
-/// [`pruned`]) so that `capgate log` says what is missing. Freed pages are reused by later
+/// append-only log, for keeping its size bounded. Events go oldest first, in transactions of
+/// [`PRUNE_CHUNK`]: in each, the delete trigger is lifted, the rows deleted, the trigger
+/// restored, and the prune so far recorded (see [`pruned`]), so that `capgate log` says
+/// what is missing even if the prune is interrupted. Freed pages are reused by later
 /// events, so the file stops growing without a `VACUUM`. Returns what was removed now.
 pub fn prune(store: &mut Store, before: Timestamp) -> Result<u64, StoreError> {
+    prune_in_chunks(store, before, PRUNE_CHUNK, || ())
+}
+
+/// [`prune`] with `chunk` events per transaction, calling `between` after each transaction
+/// that left more to delete (where other writers get their turn).
+pub fn prune_in_chunks(
+    store: &mut Store,
+    before: Timestamp,
+    chunk: usize,
+    mut between: impl FnMut(),
+) -> Result<u64, StoreError> {
+    let mut removed = 0u64;
+    loop {
+        let (now, done) = prune_chunk(store, before, chunk.max(1))?;
+        removed = removed.saturating_add(now);
+        if done {
+            return Ok(removed);
+        }
+        between();
+    }
+}
+
+/// One transaction of [`prune_in_chunks`]: deletes the oldest `chunk` events before
+/// `before` and records the prune. Returns what it removed and whether nothing is left.
+fn prune_chunk(
+    store: &mut Store,
+    before: Timestamp,
+    chunk: usize,
+) -> Result<(u64, bool), StoreError> {
     let path = store.path().to_owned();
     let err = write_err(&path, "prune the audit log");
     let tx = store
         .connection_mut()
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(write_err(&path, "prune the audit log"))?;
-    let removed = (|| {
+    let outcome = (|| {
         let cut = before.to_string();
+        // The chunk's last event, oldest first; without one, the rest fits in this chunk.
+        let last: Option<(String, i64)> = match tx.query_row(
+            "SELECT time, seq FROM audit WHERE time < ?1 ORDER BY time, seq LIMIT 1 OFFSET ?2",
+            params![cut, i64::try_from(chunk - 1).unwrap_or(i64::MAX)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        ) {
+            Ok(row) => Some(row),
+            Err(rusqlite::Error::QueryReturnedNoRows) => None,
+            Err(e) => return Err(e),
+        };
         tx.execute_batch("DROP TRIGGER audit_no_delete")?;
-        let removed = tx.execute("DELETE FROM audit WHERE time < ?1", params![cut])?;
+        // Up to and including the chunk's last event; the final chunk, everything before
+        // the cut (no sequence number is negative, so none at the cut itself goes).
+        let (upto_time, upto_seq) = last.clone().unwrap_or((cut, -1));
+        let removed = tx.execute(
+            "DELETE FROM audit WHERE time < ?1 OR (time = ?1 AND seq <= ?2)",
+            params![upto_time, upto_seq],
+        )?;
         tx.execute_batch(AUDIT_NO_DELETE_TRIGGER)?;
         let removed = u64::try_from(removed).unwrap_or(u64::MAX);
+        // Truthful at every step: after a partial chunk, every event before the chunk's
+        // last one is gone (later ones at the same instant may remain).
+        let reached = match &last {
+            None => before,
+            Some((time, _)) => Timestamp::parse(time).unwrap_or(before).min(before),
+        };
         let earlier = read_pruned(&tx).ok().flatten();
         let total = earlier
             .as_ref()
@@ -747,25 +805,27 @@ pub fn prune(store: &mut Store, before: Timestamp) -> Result<u64, StoreError> {
         // A later prune with an earlier cut does not bring events back: keep the latest cut.
         let cut = earlier
             .map(|p| p.before)
-            .filter(|b| *b > before)
-            .unwrap_or(before);
-        for (key, value) in [
-            ("audit_pruned_before", cut.to_string()),
-            ("audit_pruned_at", Timestamp::now().to_string()),
-            ("audit_pruned_events", total.to_string()),
-        ] {
-            tx.execute(
-                "INSERT INTO settings (key, value) VALUES (?1, ?2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                params![key, value],
-            )?;
+            .filter(|b| *b > reached)
+            .unwrap_or(reached);
+        if removed > 0 || last.is_none() {
+            for (key, value) in [
+                ("audit_pruned_before", cut.to_string()),
+                ("audit_pruned_at", Timestamp::now().to_string()),
+                ("audit_pruned_events", total.to_string()),
+            ] {
+                tx.execute(
+                    "INSERT INTO settings (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![key, value],
+                )?;
+            }
         }
-        Ok(removed)
+        Ok((removed, last.is_none()))
     })()
     .map_err(err)?;
     tx.commit()
         .map_err(write_err(&path, "prune the audit log"))?;
-    Ok(removed)
+    Ok(outcome)
 }
 
 /// What earlier prunes removed, if the log was ever pruned.

@@ -489,3 +489,73 @@ fn after_a_prune_the_log_is_append_only_again() {
     write_all(&path, vec![event("a", "later.example.com", 3)]);
     assert_eq!(all_events(&path).len(), 2);
 }
+
+/// A large prune goes in short transactions, oldest first: between them another writer
+/// (a gateway's audit writer) gets the database without waiting, and what is recorded
+/// after each step is true. The end result is the one-shot prune's.
+#[test]
+fn a_prune_goes_in_chunks_that_let_writers_in_and_record_the_truth() {
+    let (_dir, path) = setup();
+    // Ten events, two per day, 2026-01-01 .. 2026-01-05; the cut keeps the last two days.
+    let mut events = Vec::new();
+    for day in 1..=5 {
+        for hour in ["00", "12"] {
+            events.push(at(
+                &format!("2026-01-0{day}T{hour}:00:00Z"),
+                event("a", &format!("d{day}h{hour}.example.com"), day),
+            ));
+        }
+    }
+    write_all(&path, events);
+    let cut = Timestamp::parse("2026-01-04T00:00:00Z").unwrap();
+
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.busy_timeout(Duration::ZERO).unwrap();
+    let mut steps = Vec::new();
+    let mut store = Store::open(&path).unwrap();
+    let removed = audit::prune_in_chunks(&mut store, cut, 4, || {
+        // The prune holds no lock here: a writer that will not wait at all gets in.
+        other
+            .execute_batch("BEGIN IMMEDIATE; UPDATE settings SET value = value WHERE 0; COMMIT;")
+            .unwrap();
+        let p: (String, String) = (
+            other
+                .query_row(
+                    "SELECT value FROM settings WHERE key = 'audit_pruned_before'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap(),
+            other
+                .query_row(
+                    "SELECT value FROM settings WHERE key = 'audit_pruned_events'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap(),
+        );
+        steps.push(p);
+    })
+    .unwrap();
+    assert_eq!(removed, 6);
+    // Chunks of 4: after the first, every event before the 4th oldest (01-02 12:00) is gone.
+    assert_eq!(
+        steps,
+        [("2026-01-02T12:00:00.000Z".to_string(), "4".to_string())]
+    );
+    let hosts: Vec<String> = all_events(&path).into_iter().map(|e| e.host).collect();
+    assert_eq!(
+        hosts,
+        [
+            "d5h12.example.com",
+            "d5h00.example.com",
+            "d4h12.example.com",
+            "d4h00.example.com"
+        ]
+    );
+    let p = audit::pruned(&store).unwrap().unwrap();
+    assert_eq!((p.before, p.events), (cut, 6));
+    // And the log is append-only again.
+    let err = other.execute("DELETE FROM audit", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+}
