@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use capgate_resolve::{KitWidening, Lock};
+use capgate_spec::text::printable;
 use serde::Serialize;
 
 use crate::kits::{self, read_kits};
@@ -136,11 +137,13 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             writeln!(err, "The composition widens what `{name}` approved:")?;
             let mut last_kit = "";
             for w in &widenings {
+                // Kit text is spelled out: a control character in a detail must not be
+                // able to move the cursor and erase the widening printed above it.
                 if w.kit != last_kit {
-                    writeln!(err, "{}:", w.kit)?;
+                    writeln!(err, "{}:", printable(&w.kit))?;
                     last_kit = &w.kit;
                 }
-                writeln!(err, "  + {}: {}", w.category.as_str(), w.detail)?;
+                writeln!(err, "  + {}: {}", w.category.as_str(), printable(&w.detail))?;
             }
         }
         if args.approve {

@@ -10,6 +10,7 @@ use capgate_policy::pattern::{HostPattern, parse_target};
 use capgate_policy::presets::Preset;
 use capgate_policy::store::{NewRule, RuleFilter};
 use capgate_policy::{Decision, Matcher, Method, Phase, Protocol, Rule, Scope, Source, Verdict};
+use capgate_spec::text::printable;
 use clap::{Subcommand, ValueEnum};
 use serde::Serialize;
 
@@ -564,14 +565,19 @@ fn show_log(a: &LogArgs) -> Result<u8> {
             println!(
                 "  {:<16} {:<36} {:<24} {:<24} {:>6}  {}",
                 s.sandbox,
-                format!("{}:{}", s.host, s.port),
+                format!("{}:{}", printable(&s.host), s.port),
                 s.reason.code(),
                 s.rule_id.as_deref().unwrap_or("-"),
                 s.count,
                 s.last_seen
             );
             for mp in &s.methods_paths {
-                println!("      {} {} ×{}", mp.method, mp.path, mp.count);
+                println!(
+                    "      {} {} ×{}",
+                    printable(&mp.method),
+                    printable(&mp.path),
+                    mp.count
+                );
             }
         }
         println!();
@@ -583,6 +589,21 @@ fn show_log(a: &LogArgs) -> Result<u8> {
         println!("{}", pruned_note(p));
     }
     Ok(exit::OK)
+}
+
+/// What an event was about, `METHOD host:port/path` or `host:port`, for a terminal: hosts,
+/// methods and paths are what a workload sent, so they are spelled out, never acted on.
+pub fn event_target(e: &capgate_policy::audit::AuditEvent) -> String {
+    match (&e.method, &e.path) {
+        (Some(m), Some(p)) => format!(
+            "{} {}:{}{}",
+            printable(m),
+            printable(&e.host),
+            e.port,
+            printable(p)
+        ),
+        _ => format!("{}:{}", printable(&e.host), e.port),
+    }
 }
 
 /// `capgate log`: audit events one by one, newest first.
@@ -613,10 +634,7 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
         println!("no events recorded yet");
     }
     for e in events {
-        let what = match (&e.method, &e.path) {
-            (Some(m), Some(p)) => format!("{m} {}:{}{p}", e.host, e.port),
-            _ => format!("{}:{}", e.host, e.port),
-        };
+        let what = event_target(&e);
         println!(
             "{}  {:<16} {:<5} {:<26} {}{}",
             e.time,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use capgate_resolve::{Plan, Refusal, Surface, plan};
+use capgate_spec::text::printable;
 use serde::Serialize;
 
 use crate::exit;
@@ -107,14 +108,21 @@ pub fn render(plan: &Plan) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Composition (layer order):");
     for (n, u) in plan.layered_units().enumerate() {
-        let _ = writeln!(s, "  {}. {:<40} {}", n + 1, u.reference, u.descriptor.kind);
+        let reference = printable(&u.reference);
+        let _ = writeln!(s, "  {}. {reference:<40} {}", n + 1, u.descriptor.kind);
     }
     s.push_str(&render_surface(&plan.surface));
     let skipped = plan.skipped();
     if !skipped.is_empty() {
         let _ = writeln!(s, "\nSkipped optional entries (not granted):");
         for k in skipped {
-            let _ = writeln!(s, "  {} {}: {}", k.kit, k.path, k.reason);
+            let _ = writeln!(
+                s,
+                "  {} {}: {}",
+                printable(&k.kit),
+                printable(&k.path.to_string()),
+                printable(&k.reason)
+            );
         }
     }
     s
@@ -132,6 +140,7 @@ pub fn render_surface(surface: &Surface) -> String {
         for (label, values) in rows {
             let mut first = true;
             for v in *values {
+                let v = printable(v);
                 let _ = writeln!(s, "  {:<12} {v}", if first { *label } else { "" });
                 first = false;
             }

@@ -23,6 +23,7 @@ use capgate_sandbox::{
 use capgate_spec::caps::lifecycle::{FileSpec, Lifecycle};
 use capgate_spec::caps::storage::Resources;
 use capgate_spec::caps::{Capability, KnownType};
+use capgate_spec::text::printable;
 
 use crate::exit;
 use crate::gateway::{self, workload_env};
@@ -659,7 +660,8 @@ fn unimplemented(plan: &Plan) -> Vec<String> {
             if let Some(Capability::Resources(r)) = &e.capability {
                 let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
                 return Some(format!(
-                    "resources@1 gpu `{gpu}` is accepted but not provided by capgate run yet: no GPU device is visible inside"
+                    "resources@1 gpu `{}` is accepted but not provided by capgate run yet: no GPU device is visible inside",
+                    printable(gpu)
                 ));
             }
             let known = e.known?;
@@ -824,10 +826,7 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
     );
     let mut shown = BTreeMap::new();
     for e in &denied {
-        let what = match (&e.method, &e.path) {
-            (Some(m), Some(p)) => format!("{m} {}:{}{p}", e.host, e.port),
-            _ => format!("{}:{}", e.host, e.port),
-        };
+        let what = crate::policy::event_target(e);
         *shown
             .entry((what, e.reason.code(), e.rule_id.clone()))
             .or_insert(0u32) += 1;

@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use capgate_spec::text::printable;
 use capgate_spec::{Options, Profile, load};
 use serde::Serialize;
 
@@ -210,9 +211,9 @@ pub fn run(args: &Args) -> Result<u8> {
             let path = if p.path.is_empty() {
                 String::new()
             } else {
-                format!("{}: ", p.path)
+                format!("{}: ", printable(&p.path))
             };
-            writeln!(out, "{at}: {severity}{path}{}", p.message)?;
+            writeln!(out, "{at}: {severity}{path}{}", printable(&p.message))?;
         }
         for f in &report.files {
             if f.valid {

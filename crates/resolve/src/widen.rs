@@ -128,7 +128,12 @@ pub struct Widening {
 
 impl fmt::Display for Widening {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.category, self.detail)
+        write!(
+            f,
+            "{}: {}",
+            self.category,
+            capgate_spec::text::printable(&self.detail)
+        )
     }
 }
 
@@ -278,7 +283,7 @@ impl<'a> HttpGrant<'a> {
 const ANY: &str = "ANY";
 
 /// Whether granted host `g` covers candidate host `c`: `*` and `**` cover every host;
-/// otherwise the names (before the first `:`) must be equal and a port-less grant covers
+/// otherwise the names (see [`split_port`]) must be equal and a port-less grant covers
 /// every port while `host:port` covers only that port. Globs are never expanded.
 fn host_covers(g: &str, c: &str) -> bool {
     if g == "*" || g == "**" {
@@ -289,8 +294,21 @@ fn host_covers(g: &str, c: &str) -> bool {
     g_name == c_name && (g_port.is_none() || g_port == c_port)
 }
 
-/// `host:port` → (`host`, `Some(port)`), split at the first `:`.
+/// `host:port` → (`host`, `Some(port)`). An IPv6 address has no port unless bracketed
+/// (`[2001:db8::1]:443` → `[2001:db8::1]`, `443`); a bare one (more than one `:`) is all
+/// name, so that `2001` never passes for the name of `2001:db8::1`. Spellings of one
+/// address that differ (bracketed or not) compare unequal: the gate then asks, never
+/// lets through.
 fn split_port(host: &str) -> (&str, Option<&str>) {
+    if host.starts_with('[')
+        && let Some(end) = host.find(']')
+    {
+        let (name, rest) = host.split_at(end + 1);
+        return (name, rest.strip_prefix(':'));
+    }
+    if host.matches(':').count() > 1 {
+        return (host, None);
+    }
     match host.split_once(':') {
         Some((name, port)) => (name, Some(port)),
         None => (host, None),
@@ -334,8 +352,8 @@ fn complete_http_grants(hosts: &[String], grants: &[String]) -> Vec<String> {
     out
 }
 
-/// Candidate HTTP grants no granted one covers, except those on a host already reported as
-/// a new host-list entry (the host-level widening says it once).
+/// Candidate HTTP grants no granted one covers, except those whose host a newly listed host
+/// covers (the host-level widening already says them, once).
 fn http_widenings(
     granted_hosts: &[String],
     candidate_hosts: &[String],
@@ -353,25 +371,18 @@ fn http_widenings(
         .iter()
         .filter(|c| {
             let c = HttpGrant::parse(c);
-            !granted.iter().any(|g| g.covers(&c)) && !suppressed(c.host, &fresh, candidate_hosts)
+            !granted.iter().any(|g| g.covers(&c)) && !suppressed(c.host, &fresh)
         })
         .cloned()
         .collect()
 }
 
-/// Whether an HTTP widening on `host` is already said by a fresh host-list entry. A
-/// `name:port` host is suppressed when it or its bare name is fresh; a bare name when every
-/// candidate host of that name (any port) is fresh, and there is at least one.
-fn suppressed(host: &str, fresh: &BTreeSet<&str>, candidate_hosts: &[String]) -> bool {
-    let (name, port) = split_port(host);
-    if port.is_some() {
-        return fresh.contains(host) || fresh.contains(name);
-    }
-    let mut same_name = candidate_hosts
-        .iter()
-        .filter(|h| host_name(h) == name)
-        .peekable();
-    same_name.peek().is_some() && same_name.all(|h| fresh.contains(h.as_str()))
+/// Whether an HTTP widening on `host` is already said by a fresh host-list entry: one that
+/// covers it (`name` or `name:port` for `name:port`; only `name` for a bare `name`, which
+/// means every port). The spec digest's rule also let every fresh `name:port` stand for a
+/// bare `name`, but the prompt then named one port while the grant opened all of them.
+fn suppressed(host: &str, fresh: &BTreeSet<&str>) -> bool {
+    fresh.iter().any(|f| host_covers(f, host))
 }
 
 /// Granted HTTP refusals the candidate no longer states (nor covers), except those on a
@@ -537,12 +548,6 @@ mod tests {
 
     #[test]
     fn suppression_rules() {
-        let candidate_hosts = strings(&[
-            "new.example.com",
-            "mixed.example.com",
-            "mixed.example.com:8443",
-            "p.example.com:9000",
-        ]);
         let fresh: BTreeSet<&str> = [
             "new.example.com",
             "mixed.example.com:8443",
@@ -550,23 +555,42 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        // Bare host, every same-name candidate host fresh.
-        assert!(suppressed("new.example.com", &fresh, &candidate_hosts));
-        // Bare host, one same-name candidate host not fresh.
-        assert!(!suppressed("mixed.example.com", &fresh, &candidate_hosts));
-        // Bare host with no candidate host of that name.
-        assert!(!suppressed("other.example.com", &fresh, &candidate_hosts));
-        // Bare host whose only same-name candidate host carries a port: all fresh.
-        assert!(suppressed("p.example.com", &fresh, &candidate_hosts));
-        // Ported host: itself fresh, or its bare name fresh.
-        assert!(suppressed("p.example.com:9000", &fresh, &candidate_hosts));
-        assert!(suppressed("new.example.com:1", &fresh, &candidate_hosts));
-        assert!(suppressed(
-            "mixed.example.com:8443",
-            &fresh,
-            &candidate_hosts
-        ));
-        assert!(!suppressed("mixed.example.com:1", &fresh, &candidate_hosts));
+        // A bare host (every port) is said by a fresh bare entry of that name only.
+        assert!(suppressed("new.example.com", &fresh));
+        assert!(!suppressed("other.example.com", &fresh));
+        // A fresh `name:port` does not say a grant on every port of the name: that grant
+        // is reported on its own, or the prompt would name one port while all were opened.
+        assert!(!suppressed("p.example.com", &fresh));
+        assert!(!suppressed("mixed.example.com", &fresh));
+        // A ported host: itself fresh, or its bare name fresh.
+        assert!(suppressed("p.example.com:9000", &fresh));
+        assert!(suppressed("new.example.com:1", &fresh));
+        assert!(suppressed("mixed.example.com:8443", &fresh));
+        assert!(!suppressed("mixed.example.com:1", &fresh));
+        // A fresh allow-everything says everything.
+        let star: BTreeSet<&str> = ["**"].into_iter().collect();
+        assert!(suppressed("any.example.com", &star));
+    }
+
+    #[test]
+    fn ipv6_addresses_are_names_not_name_and_port() {
+        assert_eq!(
+            split_port("2a00:1450:4001:81c::200e"),
+            ("2a00:1450:4001:81c::200e", None)
+        );
+        assert_eq!(
+            split_port("[2001:db8::1]:443"),
+            ("[2001:db8::1]", Some("443"))
+        );
+        assert_eq!(split_port("[2001:db8::1]"), ("[2001:db8::1]", None));
+        assert_eq!(
+            split_port("example.com:8443"),
+            ("example.com", Some("8443"))
+        );
+        // A host named like an address's first group never covers the address.
+        assert!(!host_covers("2a00", "2a00:1450:4001:81c::200e"));
+        assert!(host_covers("[2001:db8::1]", "[2001:db8::1]:443"));
+        assert!(!host_covers("[2001:db8::1]:80", "[2001:db8::1]:443"));
     }
 
     #[test]

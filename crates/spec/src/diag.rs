@@ -49,10 +49,11 @@ impl fmt::Display for Diagnostic {
         if self.severity == Severity::Warning {
             f.write_str("warning: ")?;
         }
+        // Messages quote kit text: spelled out, so a kit cannot write to the terminal.
         if !self.path.is_root() {
-            write!(f, "{}: ", self.path)?;
+            write!(f, "{}: ", crate::text::printable(&self.path.to_string()))?;
         }
-        f.write_str(&self.message)
+        f.write_str(&crate::text::printable(&self.message))
     }
 }
 

@@ -17,6 +17,7 @@ pub mod read;
 pub mod reference;
 pub mod refs;
 pub mod schema;
+pub mod text;
 pub mod yaml;
 
 pub use descriptor::{ArgDecl, Descriptor, Entry, Group, Item, Kind, KitEntry, SourceRef};

@@ -1,0 +1,86 @@
+//! Showing untrusted text (kit values, hosts and paths a workload sent) on a terminal.
+//!
+//! A kit string can hold any character YAML can escape: `"\e[1A\e[2K"` moves the cursor up
+//! and erases the line above, so a line printed after a widening in an approval prompt
+//! could wipe that widening off the screen; `\r` and `\n` can overwrite or fake a line;
+//! bidirectional overrides can reorder what is shown. [`printable`] spells every such
+//! character out, so what the user reads is what the text holds.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Whether `c` would act on a terminal, or change how the text around it reads, instead of
+/// showing itself: C0 controls (newline and tab included), DEL, C1 controls, and Unicode's
+/// invisible and bidirectional formatting characters.
+fn acts(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// `s` with every character that [`acts`] written as `\u{…}` (and a backslash that would
+/// start such a spelling doubled), borrowed unchanged when there is none.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| acts(c) || c == '\\') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if acts(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else if c == '\\' && chars.peek() == Some(&'u') {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_controls_are_spelled_out() {
+        assert_eq!(
+            printable("/x\r\u{1b}[2K\u{1b}[1A  + storage: /home"),
+            "/x\\u{d}\\u{1b}[2K\\u{1b}[1A  + storage: /home"
+        );
+        assert_eq!(
+            printable("a\nb\tc\u{7f}\u{9b}"),
+            "a\\u{a}b\\u{9}c\\u{7f}\\u{9b}"
+        );
+        // Bidirectional overrides and invisible characters.
+        assert_eq!(
+            printable("evil\u{202e}moc.elpmaxe\u{200b}"),
+            "evil\\u{202e}moc.elpmaxe\\u{200b}"
+        );
+    }
+
+    #[test]
+    fn plain_text_is_borrowed_unchanged() {
+        for s in [
+            "api.github.com",
+            "/home/agent/.cache",
+            "GET api.example.com/**",
+            "héllo wörld",
+            "C:\\dir",
+        ] {
+            assert!(
+                matches!(printable(s), Cow::Borrowed(_)) || s.contains('\\'),
+                "{s}"
+            );
+            assert_eq!(printable(s), s);
+        }
+        // A backslash-u already in the text cannot pass for a spelled-out character.
+        assert_eq!(printable("\\u{1b}"), "\\\\u{1b}");
+    }
+}
