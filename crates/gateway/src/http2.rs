@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::proxy::{Gateway, authority_of, split_authority, target_of};
+use crate::proxy::{Gateway, authority_of, http_request, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
 
@@ -208,7 +208,19 @@ impl Tunnel {
                     what: (method.as_str(), path.as_str()),
                     armed: true,
                 };
-                let relayed = self.relay(forward, body, &mut respond).await;
+                // A stream lives as long as its bodies flow: like a tunnel, it is cut
+                // (reset) when its grant stops holding, at a phase switch or rule change.
+                let judged = http_request(&method, &path);
+                let relayed = tokio::select! {
+                    relayed = self.relay(forward, body, &mut respond) => relayed,
+                    revoked = self.gw.until_revoked(&self.target, self.port, Some(judged)) => {
+                        Err(Failure {
+                            verdict: revoked,
+                            bytes: (0, 0),
+                            answer: Answer::Reset,
+                        })
+                    }
+                };
                 unfinished.armed = false;
                 let (verdict, bytes) = match relayed {
                     Ok(bytes) => (verdict, bytes),

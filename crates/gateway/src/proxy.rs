@@ -321,18 +321,44 @@ impl Gateway {
         headers: &mut Vec<Header>,
         tls_upstream: bool,
     ) -> Verdict {
-        let request = HttpRequest {
-            method: Method::parse(method).unwrap_or(Method::Any),
-            path: path.to_owned(),
-        };
+        if Method::parse(method).is_none() && Method::parse(&method.to_ascii_uppercase()).is_some()
+        {
+            // Methods are case-sensitive, so `delete` is an extension method that no
+            // `DELETE` rule matches; servers that upper-case the method would run it as one.
+            return Verdict::refused(
+                Reason::MalformedRequest,
+                format!(
+                    "the method `{method}` is `{}` in another letter case; it has no single reading",
+                    method.to_ascii_uppercase()
+                ),
+            );
+        }
+        let request = http_request(method, path);
         let verdict = self.decide(target, port, Some(request));
+        let phase = self.cfg().phase.get();
         if !verdict.is_allowed() {
+            // Refused either way; one that carries a sentinel is recorded as what it is.
+            if let Some(refused) = self.sentinel_in_host(host) {
+                return refused;
+            }
+            if self.cfg().broker.has_sentinels() {
+                let mut scratch = headers.clone();
+                if let Err(exfil) = self.cfg().broker.apply(
+                    host,
+                    phase,
+                    method,
+                    path_and_query,
+                    &mut scratch,
+                    tls_upstream,
+                ) {
+                    return exfiltration(exfil.message(host));
+                }
+            }
             return verdict;
         }
         if let Some(refused) = self.sentinel_in_host(host) {
             return refused;
         }
-        let phase = self.cfg().phase.get();
         match self
             .cfg()
             .broker
@@ -1075,7 +1101,7 @@ impl Gateway {
             return Ok(false);
         }
         let idle = self.cfg().limits.idle_timeout;
-        let sent = async {
+        let relay = async {
             stall::writing(idle, up.stream.write_all(&out)).await?;
             relay_body(
                 head.framing,
@@ -1086,8 +1112,38 @@ impl Gateway {
                 idle,
             )
             .await
-        }
-        .await;
+        };
+        // A body keeps the request open for as long as the client sends it, so, like a
+        // tunnel, it is cut when the grant that let it start stops holding (a phase switch,
+        // a rule change): an upload begun by an install hook does not go on under runtime.
+        let sent = if head.framing == Framing::None {
+            relay.await
+        } else {
+            let judged = http_request(&head.method, &path);
+            match tokio::select! {
+                sent = relay => Ok(sent),
+                revoked = self.until_revoked(&target, port, Some(judged)) => Err(revoked),
+            } {
+                Ok(sent) => sent,
+                Err(revoked) => {
+                    *upstream = None;
+                    self.audit_verdict(
+                        &host,
+                        port,
+                        &revoked,
+                        Some((&head.method, &path)),
+                        (out.len() as u64, 0),
+                    );
+                    let _ = self
+                        .send(
+                            client,
+                            &respond::refusal(&revoked, &self.cfg().sandbox, &what, true),
+                        )
+                        .await;
+                    return Ok(false);
+                }
+            }
+        };
         let bytes_up = match sent {
             Ok(n) => n + out.len() as u64,
             Err(e) => {
@@ -1240,24 +1296,52 @@ impl Gateway {
                 return Ok(client_keep);
             }
         }
-        let down = match response.framing {
-            Framing::Length(n) if n > SPLICE_MIN => {
-                relay_length(n, &mut out, up, client, &self.cfg().limits.h1, idle).await
-            }
-            framing => match self.send(client, &out).await {
-                Ok(()) => {
-                    relay_body(
-                        framing,
-                        &mut up.stream,
-                        &mut up.buf,
-                        client,
-                        &self.cfg().limits.h1,
-                        idle,
-                    )
-                    .await
+        let streaming = !matches!(response.framing, Framing::Length(n) if n <= SPLICE_MIN);
+        let relay = async {
+            match response.framing {
+                Framing::Length(n) if n > SPLICE_MIN => {
+                    relay_length(n, &mut out, up, client, &self.cfg().limits.h1, idle).await
                 }
-                Err(e) => Err(e),
-            },
+                framing => match self.send(client, &out).await {
+                    Ok(()) => {
+                        relay_body(
+                            framing,
+                            &mut up.stream,
+                            &mut up.buf,
+                            client,
+                            &self.cfg().limits.h1,
+                            idle,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                },
+            }
+        };
+        // A long or open-ended response (a download, a stream of events) is cut, like the
+        // request body above, when its grant stops holding; the head is out, so that is a
+        // close.
+        let down = if streaming {
+            let judged = http_request(&head.method, &path);
+            match tokio::select! {
+                down = relay => Ok(down),
+                revoked = self.until_revoked(&target, port, Some(judged)) => Err(revoked),
+            } {
+                Ok(down) => down,
+                Err(revoked) => {
+                    *upstream = None;
+                    self.audit_verdict(
+                        &host,
+                        port,
+                        &revoked,
+                        Some((&head.method, &path)),
+                        (bytes_up, 0),
+                    );
+                    return Ok(false);
+                }
+            }
+        } else {
+            relay.await
         };
         let bytes_down = match down {
             Ok(n) => n + out.len() as u64,
@@ -1623,6 +1707,15 @@ fn exfiltration(message: String) -> Verdict {
         rule: None,
         message,
         inspect: false,
+    }
+}
+
+/// The request a rule judges: the method (an extension method, or one in another letter
+/// case, as `ANY`, which only method-less rules match) and the path as sent.
+pub(crate) fn http_request(method: &str, path: &str) -> HttpRequest {
+    HttpRequest {
+        method: Method::parse(method).unwrap_or(Method::Any),
+        path: path.to_owned(),
     }
 }
 

@@ -29,6 +29,8 @@ const SENTINEL: &str = "capgate-sentinel-github-0123456789abcdef0123456789abcdef
 #[derive(Debug, Clone, Default)]
 struct Seen {
     requests: Vec<String>,
+    /// HTTP/2 streams begun (counted before their bodies are read).
+    streams_begun: usize,
 }
 
 /// A tiny HTTP/1.1 server: answers every request `200 hello from <name>` and records the
@@ -147,6 +149,7 @@ where
         if name == "h2once.test" {
             conn.graceful_shutdown();
         }
+        seen.lock().unwrap().streams_begun += 1;
         let seen = Arc::clone(&seen);
         tokio::spawn(async move {
             let (parts, mut body) = request.into_parts();
@@ -229,6 +232,7 @@ fn big_body(len: usize) -> String {
 
 struct Harness {
     _dir: tempfile::TempDir,
+    policy: Arc<PolicyView>,
     gw: Gateway,
     audit: Arc<AuditWriter>,
     store: std::path::PathBuf,
@@ -285,6 +289,15 @@ async fn harness(with_credential: bool) -> Harness {
 
 /// `allow_everything` adds a `**` allow, to show what the address guard refuses on its own.
 async fn harness_with(with_credential: bool, allow_everything: bool, limits: Limits) -> Harness {
+    harness_full(with_credential, allow_everything, limits, Vec::new()).await
+}
+
+async fn harness_full(
+    with_credential: bool,
+    allow_everything: bool,
+    limits: Limits,
+    extra: Vec<Rule>,
+) -> Harness {
     install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     // The upstreams' own CA, which only the gateway trusts.
@@ -364,6 +377,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
     if allow_everything {
         rules.push(rule("all", Decision::Allow, &["**"], None, None));
     }
+    rules.extend(extra);
     let mappings: Vec<DangerousMapping> = ports
         .keys()
         .map(|n| DangerousMapping::new(n, "127.0.0.1".parse().unwrap()).unwrap())
@@ -401,9 +415,10 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
     };
     let store = dir.path().join("policy.db");
     let audit = Arc::new(AuditWriter::spawn(&store).unwrap());
+    let policy = Arc::new(PolicyView::new(Matcher::compile(&rules)));
     let cfg = GatewayConfig {
         sandbox: "t".into(),
-        policy: Arc::new(PolicyView::new(Matcher::compile(&rules))),
+        policy: Arc::clone(&policy),
         phase: Arc::new(PhaseSwitch::new(Phase::Runtime)),
         guard,
         resolver: Arc::new(StaticResolver::new()),
@@ -428,6 +443,7 @@ async fn harness_with(with_credential: bool, allow_everything: bool, limits: Lim
     tokio::spawn(async move { gw2.serve_socks(socks_listener).await });
     Harness {
         _dir: dir,
+        policy,
         gw,
         audit,
         store,
@@ -1684,6 +1700,280 @@ async fn a_failed_early_dial_is_answered_without_dialling_again() {
         events
             .iter()
             .any(|e| e.host == "mute.test" && e.path.as_deref() == Some("/x")),
+        "{events:?}"
+    );
+}
+
+/// `delete` is not `DELETE` to the rules (methods are case-sensitive), but servers that
+/// upper-case the method would run it as one: refused as malformed, never forwarded. The
+/// twin in upper case is refused by the deny rule itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_method_in_another_letter_case_is_refused() {
+    let deny = rule(
+        "d1",
+        Decision::Deny,
+        &["plain.test"],
+        Some(vec![Method::Delete]),
+        Some(vec!["/admin/**"]),
+    );
+    let h = harness_full(false, false, Limits::default(), vec![deny]).await;
+    let port = h.ports["plain.test"];
+    let send = |method: &str| {
+        format!(
+            "{method} http://plain.test:{port}/admin/users/1 HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let out = raw_exchange(&h, send("DELETE").as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("X-Capgate-Reason: denied_by_rule"),
+        "{out}"
+    );
+    for spelled in ["delete", "Delete", "dElEtE"] {
+        let out = raw_exchange(&h, send(spelled).as_bytes()).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403") && out.contains("X-Capgate-Reason: malformed_request"),
+            "{spelled}: {out}"
+        );
+    }
+    // An allowed method in upper case still passes; nothing above reached the upstream.
+    let out = raw_exchange(&h, send("GET").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let seen = h.seen["plain.test"].lock().unwrap().requests.clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].starts_with("GET /admin/users/1"), "{seen:?}");
+}
+
+/// `;` starts path parameters on Tomcat, Jetty and Spring, which cut them off before
+/// resolving dot segments: `/repos/..;/user` is `/user` there. Under bounded rules such a
+/// path is refused as ambiguous, and the credential is never written into it; twins: `..`
+/// resolves to `/user` and is refused by the rules, `/repos/x` passes with the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_parameters_are_ambiguous_under_bounded_rules() {
+    let deny = rule(
+        "d2",
+        Decision::Deny,
+        &["plain.test"],
+        Some(vec![Method::Any]),
+        Some(vec!["/admin/**"]),
+    );
+    let h = harness_full(true, false, Limits::default(), vec![deny]).await;
+    let (_, out) = curl(
+        &h,
+        &[
+            "-i",
+            "--path-as-is",
+            &url(&h, "https", "api.test", "/repos/../user"),
+        ],
+    )
+    .await;
+    assert!(out.contains("X-Capgate-Reason: http_not_allowed"), "{out}");
+    for path in ["/repos/..;/user", "/repos/x;y", "/repos/%3B/x"] {
+        let (_, out) = curl(
+            &h,
+            &["-i", "--path-as-is", &url(&h, "https", "api.test", path)],
+        )
+        .await;
+        assert!(
+            out.contains("HTTP/1.1 403") && out.contains("X-Capgate-Reason: ambiguous_path"),
+            "{path}: {out}"
+        );
+    }
+    let (_, out) = curl(&h, &["-i", &url(&h, "https", "api.test", "/repos/x")]).await;
+    assert!(out.contains("HTTP/1.1 200"), "{out}");
+    let seen = h.seen["api.test"].lock().unwrap().requests.clone();
+    assert_eq!(seen.len(), 1, "only the plain path arrives: {seen:?}");
+
+    // The same under a bounded deny: `/admin;x/users` is `/admin/users` to those servers.
+    let port = h.ports["plain.test"];
+    for path in ["/admin/users", "/admin;x/users"] {
+        let out = raw_exchange(
+            &h,
+            format!(
+                "GET http://plain.test:{port}{path} HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 403"), "{path}: {out}");
+    }
+    assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
+}
+
+/// A sentinel sent to a host the rules refuse anyway is recorded as the exfiltration
+/// attempt it is, not as an ordinary default deny; the twin without one is a default deny.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_sent_to_a_refused_host_is_recorded_as_exfiltration() {
+    let h = harness(true).await;
+    let send = |query: &str| {
+        format!(
+            "GET http://unlisted.test/?k={query} HTTP/1.1\r\nHost: unlisted.test\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let out = raw_exchange(&h, send("plain").as_bytes()).await;
+    assert!(out.contains("X-Capgate-Reason: no_matching_allow"), "{out}");
+    let out = raw_exchange(&h, send(SENTINEL).as_bytes()).await;
+    assert!(
+        out.contains("X-Capgate-Reason: credential_exfiltration"),
+        "{out}"
+    );
+    let reasons: Vec<Reason> = recorded(&h).into_iter().map(|e| e.reason).collect();
+    assert!(
+        reasons.contains(&Reason::CredentialExfiltration)
+            && reasons.contains(&Reason::NoMatchingAllow),
+        "{reasons:?}"
+    );
+}
+
+/// A raw upstream on loopback that answers nothing and records every byte it receives.
+async fn recording_upstream() -> (u16, Arc<Mutex<Vec<u8>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let g = Arc::clone(&g);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    g.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    (port, got)
+}
+
+/// Starts a chunked upload to `host`, sends one chunk, runs `change` (a phase switch or a
+/// new rule), waits for the gateway's answer on the upload's connection, then tries to send
+/// more: returns that answer and what the upstream received.
+async fn upload_across(h: &Harness, host: &str, change: impl FnOnce()) -> (String, String) {
+    let (port, got) = recording_upstream().await;
+    let mut s = TcpStream::connect(h.proxy).await.unwrap();
+    s.write_all(
+        format!(
+            "POST http://{host}:{port}/upload HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The first chunk reaches the upstream: the upload is under way.
+    for _ in 0..200 {
+        if String::from_utf8_lossy(&got.lock().unwrap()).contains("hello") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(String::from_utf8_lossy(&got.lock().unwrap()).contains("hello"));
+    change();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        s.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the gateway ends the upload");
+    // Whatever the client sends now goes nowhere.
+    let _ = s.write_all(b"12\r\nafter-the-change!\r\n").await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let received = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    (String::from_utf8_lossy(&answer).into_owned(), received)
+}
+
+/// A request body keeps its request open for as long as the client sends it: like a
+/// tunnel, it ends when its grant stops holding. An upload an install hook began to an
+/// install-only host is cut at the switch to runtime, and one to a host the user denies
+/// mid-way is cut at the new rule; the refusal says why and is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_ends_when_its_grant_stops_holding() {
+    let h = harness(false).await;
+    h.gw.phase().set(Phase::Install);
+    let (answer, received) =
+        upload_across(&h, "install.test", || h.gw.phase().set(Phase::Runtime)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 403")
+            && answer.contains("X-Capgate-Reason: no_matching_allow"),
+        "{answer}"
+    );
+    assert!(
+        received.contains("hello") && !received.contains("after-the-change"),
+        "{received:?}"
+    );
+
+    let mut rules = vec![rule("r1", Decision::Allow, &["plain.test"], None, None)];
+    h.policy.replace(Matcher::compile(&rules));
+    let (answer, received) = upload_across(&h, "plain.test", || {
+        rules.push(rule("r9", Decision::Deny, &["plain.test"], None, None));
+        h.policy.replace(Matcher::compile(&rules));
+    })
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 403") && answer.contains("X-Capgate-Reason: denied_by_rule"),
+        "{answer}"
+    );
+    assert!(!received.contains("after-the-change"), "{received:?}");
+    let reasons: Vec<Reason> = recorded(&h).into_iter().map(|e| e.reason).collect();
+    assert!(
+        reasons.contains(&Reason::NoMatchingAllow) && reasons.contains(&Reason::DeniedByRule),
+        "{reasons:?}"
+    );
+}
+
+/// The same over HTTP/2: a stream whose upload is under way is reset when the user denies
+/// its host, and the upstream gets nothing sent after that; the denial is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upload_ends_when_its_grant_stops_holding() {
+    let h = harness(true).await;
+    let sender = h2_client(&h, "h2open.test").await;
+    let request = http::Request::builder()
+        .method("PUT")
+        .uri(format!(
+            "https://h2open.test:{}/upload",
+            h.ports["h2open.test"]
+        ))
+        .body(())
+        .unwrap();
+    let (response, mut body) = sender
+        .ready()
+        .await
+        .unwrap()
+        .send_request(request, false)
+        .unwrap();
+    body.send_data(bytes::Bytes::from_static(b"hello"), false)
+        .unwrap();
+    // Once the upstream has the stream, the gateway judged it under the old rules.
+    for _ in 0..500 {
+        if h.seen["h2open.test"].lock().unwrap().streams_begun > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(h.seen["h2open.test"].lock().unwrap().streams_begun, 1);
+    h.policy.replace(Matcher::compile(&[
+        rule("r1", Decision::Allow, &["h2open.test"], None, None),
+        rule("r9", Decision::Deny, &["h2open.test"], None, None),
+    ]));
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), response)
+        .await
+        .expect("the gateway ends the stream");
+    assert!(answer.is_err(), "the stream is reset: {answer:?}");
+    let _ = body.send_data(bytes::Bytes::from_static(b"after-the-change"), true);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let seen = h.seen["h2open.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen.iter()
+            .all(|r| r.contains("(body 0 bytes)") || r.contains("(body 5 bytes)")),
+        "{seen:?}"
+    );
+    let events = recorded(&h);
+    assert!(
+        events.iter().any(|e| e.reason == Reason::DeniedByRule
+            && e.method.as_deref() == Some("PUT")
+            && e.path.as_deref() == Some("/upload")),
         "{events:?}"
     );
 }

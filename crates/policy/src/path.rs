@@ -9,9 +9,12 @@
 //!
 //! Some paths have no single reading, and are refused as *ambiguous* rather than guessed:
 //! an encoded `/` (`%2F`), an encoded `.` that forms a dot segment (`%2e%2e`, `.%2E`), a
-//! backslash (literal or `%5C`, which some servers read as `/`), and a path that has both
-//! an empty segment (`//`) and a dot segment, which resolves differently on servers that
-//! collapse slashes and servers that do not (`/a//..` is `/a/` or `/`).
+//! backslash (literal or `%5C`, which some servers read as `/`), a `;` (literal or `%3B`:
+//! Tomcat, Jetty and Spring cut path parameters off each segment before resolving dot
+//! segments, so they read `/repos/..;/user` as `/user` and `/admin;x/users` as
+//! `/admin/users`), and a path that has both an empty segment (`//`) and a dot segment,
+//! which resolves differently on servers that collapse slashes and servers that do not
+//! (`/a//..` is `/a/` or `/`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -38,6 +41,8 @@ pub enum Ambiguity {
     EncodedDotSegment,
     #[error("it contains a backslash")]
     Backslash,
+    #[error("it contains `;`, which some servers read as the start of path parameters")]
+    PathParameter,
     #[error("it has both an empty segment and a dot segment")]
     EmptyAndDotSegments,
 }
@@ -67,6 +72,7 @@ enum SegmentError {
     InvalidEscape,
     EncodedSlash,
     Backslash,
+    PathParameter,
     Forbidden(char),
 }
 
@@ -106,6 +112,7 @@ fn push_segment(raw: &str, out: &mut String) -> Result<bool, SegmentError> {
                 match value {
                     b'/' => return Err(SegmentError::EncodedSlash),
                     b'\\' => return Err(SegmentError::Backslash),
+                    b';' => return Err(SegmentError::PathParameter),
                     v if is_unreserved(v) => {
                         encoded_dot |= v == b'.';
                         out.push(char::from(v));
@@ -120,6 +127,7 @@ fn push_segment(raw: &str, out: &mut String) -> Result<bool, SegmentError> {
                 run = i;
             }
             b'\\' => return Err(SegmentError::Backslash),
+            b';' => return Err(SegmentError::PathParameter),
             b @ (b'?' | b'#') => return Err(SegmentError::Forbidden(char::from(b))),
             _ => i += 1,
         }
@@ -135,7 +143,7 @@ fn is_canonical(path: &str) -> bool {
     };
     if path
         .bytes()
-        .any(|b| matches!(b, b'%' | b'\\' | b'?' | b'#'))
+        .any(|b| matches!(b, b'%' | b'\\' | b';' | b'?' | b'#'))
     {
         return false;
     }
@@ -181,6 +189,7 @@ pub fn normalize_path(path: &str) -> Result<Cow<'_, str>, PathError> {
             },
             SegmentError::EncodedSlash => ambiguous(Ambiguity::EncodedSlash),
             SegmentError::Backslash => ambiguous(Ambiguity::Backslash),
+            SegmentError::PathParameter => ambiguous(Ambiguity::PathParameter),
             SegmentError::Forbidden(ch) => PathError::ForbiddenCharacter {
                 path: path.to_owned(),
                 ch,
@@ -264,6 +273,12 @@ impl PathGlob {
                 SegmentError::Forbidden(ch) => GlobError::ForbiddenCharacter {
                     glob: glob.to_owned(),
                     ch,
+                },
+                // A request path holding `;` is refused before any glob is matched, so a
+                // glob holding one could never match.
+                SegmentError::PathParameter => GlobError::ForbiddenCharacter {
+                    glob: glob.to_owned(),
+                    ch: ';',
                 },
             })?;
             let segment = if buf == "**" {
@@ -471,6 +486,10 @@ mod tests {
         assert_eq!(ambiguity("/a/%2E"), Some(Ambiguity::EncodedDotSegment));
         assert_eq!(ambiguity("/a\\b"), Some(Ambiguity::Backslash));
         assert_eq!(ambiguity("/a%5cb"), Some(Ambiguity::Backslash));
+        assert_eq!(ambiguity("/repos/..;/user"), Some(Ambiguity::PathParameter));
+        assert_eq!(ambiguity("/admin;x/users"), Some(Ambiguity::PathParameter));
+        assert_eq!(ambiguity("/a;"), Some(Ambiguity::PathParameter));
+        assert_eq!(ambiguity("/a/%3b/b"), Some(Ambiguity::PathParameter));
         assert_eq!(ambiguity("/a//../b"), Some(Ambiguity::EmptyAndDotSegments));
         assert_eq!(ambiguity("//a/./b"), Some(Ambiguity::EmptyAndDotSegments));
     }
