@@ -210,16 +210,22 @@ impl Tunnel {
                 };
                 // A stream lives as long as its bodies flow: like a tunnel, it is cut
                 // (reset) when its grant stops holding, at a phase switch or rule change.
-                let judged = http_request(&method, &path);
-                let relayed = tokio::select! {
-                    relayed = self.relay(forward, body, &mut respond) => relayed,
-                    revoked = self.gw.until_revoked(&self.target, self.port, Some(judged)) => {
-                        Err(Failure {
-                            verdict: revoked,
-                            bytes: (0, 0),
-                            answer: Answer::Reset,
-                        })
-                    }
+                let relayed = match self
+                    .gw
+                    .unless_revoked(
+                        &self.target,
+                        self.port,
+                        http_request(&method, &path),
+                        self.relay(forward, body, &mut respond),
+                    )
+                    .await
+                {
+                    Ok(relayed) => relayed,
+                    Err(revoked) => Err(Failure {
+                        verdict: revoked,
+                        bytes: (0, 0),
+                        answer: Answer::Reset,
+                    }),
                 };
                 unfinished.armed = false;
                 let (verdict, bytes) = match relayed {

@@ -420,6 +420,21 @@ impl Gateway {
         }
     }
 
+    /// `work` (a body's relay), unless the grant of `request` to `target:port` stops
+    /// holding first: then `work` is dropped unfinished and the new verdict returned.
+    pub(crate) async fn unless_revoked<T>(
+        &self,
+        target: &Target,
+        port: u16,
+        request: HttpRequest,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Verdict> {
+        tokio::select! {
+            done = work => Ok(done),
+            revoked = self.until_revoked(target, port, Some(request)) => Err(revoked),
+        }
+    }
+
     fn audit(&self, event: AuditEvent) {
         if let Some(a) = &self.cfg().audit {
             a.record(event);
@@ -1119,11 +1134,10 @@ impl Gateway {
         let sent = if head.framing == Framing::None {
             relay.await
         } else {
-            let judged = http_request(&head.method, &path);
-            match tokio::select! {
-                sent = relay => Ok(sent),
-                revoked = self.until_revoked(&target, port, Some(judged)) => Err(revoked),
-            } {
+            match self
+                .unless_revoked(&target, port, http_request(&head.method, &path), relay)
+                .await
+            {
                 Ok(sent) => sent,
                 Err(revoked) => {
                     *upstream = None;
@@ -1322,11 +1336,10 @@ impl Gateway {
         // request body above, when its grant stops holding; the head is out, so that is a
         // close.
         let down = if streaming {
-            let judged = http_request(&head.method, &path);
-            match tokio::select! {
-                down = relay => Ok(down),
-                revoked = self.until_revoked(&target, port, Some(judged)) => Err(revoked),
-            } {
+            match self
+                .unless_revoked(&target, port, http_request(&head.method, &path), relay)
+                .await
+            {
                 Ok(down) => down,
                 Err(revoked) => {
                     *upstream = None;
