@@ -225,7 +225,7 @@ impl Gateway {
 
     async fn client(&self, mut stream: TcpStream) {
         let _ = stream.set_nodelay(true);
-        let Ok(_permit) = self.inner.connections.try_acquire() else {
+        let Some(_permit) = self.connection_permit() else {
             let body = format!(
                 "capgate refused the connection: sandbox `{}` has {} connections open, the limit\n",
                 self.cfg().sandbox,
@@ -242,6 +242,12 @@ impl Gateway {
         };
         let _ = self.serve_plain(&mut stream).await;
         let _ = stream.shutdown().await;
+    }
+
+    /// One of the sandbox's `max_connections` slots (HTTP and SOCKS share them), held
+    /// while the connection lives; `None` when all are taken.
+    pub(crate) fn connection_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.inner.connections.try_acquire().ok()
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -262,7 +268,7 @@ impl Gateway {
         stall::writing(self.cfg().limits.idle_timeout, client.write_all(bytes)).await
     }
 
-    fn cfg(&self) -> &GatewayConfig {
+    pub(crate) fn cfg(&self) -> &GatewayConfig {
         &self.inner.cfg
     }
 

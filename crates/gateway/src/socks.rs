@@ -37,6 +37,9 @@ impl Gateway {
 
     async fn socks_client(&self, mut client: TcpStream) -> std::io::Result<()> {
         let _ = client.set_nodelay(true);
+        // The connection counts against the sandbox's limit from the start, like an HTTP
+        // one; over the limit, the request is still read so that the refusal is an answer.
+        let permit = self.connection_permit();
         let wait = self.head_timeout();
         let Ok(request) = timeout(wait, read_request(&mut client)).await else {
             return Ok(());
@@ -45,12 +48,25 @@ impl Gateway {
             Ok(hp) => hp,
             Err(code) => return reply(&mut client, code).await,
         };
+        let Some(_permit) = permit else {
+            let v = Verdict::refused(
+                Reason::LimitExceeded,
+                format!(
+                    "sandbox `{}` has {} connections open, the limit",
+                    self.cfg().sandbox,
+                    self.limits().max_connections
+                ),
+            );
+            self.record(&shown(&host), port, &v, (0, 0));
+            return reply(&mut client, REP_FAILURE).await;
+        };
         let Some(target) = crate::proxy::target_of(&host) else {
+            // Recorded spelled out: the name is whatever bytes the workload sent.
             let v = Verdict::refused(
                 Reason::InvalidTarget,
-                format!("`{host}` is not a host capgate can judge"),
+                format!("`{}` is not a host capgate can judge", shown(&host)),
             );
-            self.record(&host, port, &v, (0, 0));
+            self.record(&shown(&host), port, &v, (0, 0));
             return reply(&mut client, REP_NOT_ALLOWED).await;
         };
         let name = crate::proxy::target_name(&target);
@@ -115,6 +131,12 @@ impl Gateway {
         }
         Ok(())
     }
+}
+
+/// A name as sent, with anything but printable ASCII escaped (`\u{1b}`, `\n`, …): for
+/// the audit log, whose listings reach a terminal.
+fn shown(host: &str) -> String {
+    host.escape_default().to_string()
 }
 
 /// Reads the greeting and the request; `Err(reply code)` for requests refused on shape.

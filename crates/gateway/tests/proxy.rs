@@ -1977,3 +1977,57 @@ async fn an_http2_upload_ends_when_its_grant_stops_holding() {
         "{events:?}"
     );
 }
+
+/// Sends a SOCKS5 CONNECT for `name:port` (address type 3, a domain name) and returns
+/// the reply code, with the connection (kept open by the caller while it matters).
+async fn socks_connect(h: &Harness, name: &[u8], port: u16) -> (u8, TcpStream) {
+    let mut s = TcpStream::connect(h.socks).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut greeting = [0u8; 2];
+    s.read_exact(&mut greeting).await.unwrap();
+    let mut request = vec![5, 1, 0, 3, u8::try_from(name.len()).unwrap()];
+    request.extend_from_slice(name);
+    request.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    (reply[1], s)
+}
+
+/// SOCKS connections count against the sandbox's connection limit as HTTP ones do: with
+/// a limit of 3, three relays open and the rest are refused and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks_connections_count_against_the_connection_limit() {
+    let h = harness_with(false, false, short_limits()).await;
+    let port = h.ports["mute.test"];
+    let mut held = Vec::new();
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        let (code, s) = socks_connect(&h, b"mute.test", port).await;
+        codes.push(code);
+        held.push(s);
+    }
+    assert_eq!(
+        codes,
+        [0, 0, 0, 1, 1, 1],
+        "REP_OK three times, then failures"
+    );
+    let accepted = h.mute_accepted.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(accepted, 3, "only the three relays reached the upstream");
+    let limited = recorded(&h)
+        .into_iter()
+        .filter(|e| e.reason == Reason::LimitExceeded)
+        .count();
+    assert_eq!(limited, 3);
+}
+
+/// A SOCKS name that is no host is recorded spelled out: its bytes (terminal controls
+/// here) never reach the audit log, whose listings are printed on terminals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socks_name_that_is_no_host_is_recorded_spelled_out() {
+    let h = harness(false).await;
+    let (code, _s) = socks_connect(&h, b"\x1b[2J\x1b[Hall allowed\r\n", 443).await;
+    assert_eq!(code, 2, "REP_NOT_ALLOWED");
+    let hosts: Vec<String> = recorded(&h).into_iter().map(|e| e.host).collect();
+    assert_eq!(hosts, [r"\u{1b}[2J\u{1b}[Hall allowed\r\n"]);
+}
