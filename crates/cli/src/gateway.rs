@@ -16,7 +16,7 @@ use capgate_gateway::secrets::SecretStore;
 use capgate_gateway::tls::{CertificateAuthority, upstream_client_config};
 use capgate_policy::audit::AuditWriter;
 use capgate_policy::store::RuleFilter;
-use capgate_policy::{Decision, Matcher, Phase, Rule};
+use capgate_policy::{Matcher, Phase, Rule};
 use capgate_spec::caps::Capability;
 use clap::Subcommand;
 
@@ -150,24 +150,6 @@ pub fn rules_for(store: &capgate_policy::Store, sandbox: &str) -> Result<Vec<Rul
     })?)
 }
 
-/// The IP ranges user rules open explicitly (the only way past the address guard).
-fn explicit_openings(rules: &[Rule]) -> Vec<ipnet::IpNet> {
-    rules
-        .iter()
-        .filter(|r| r.decision == Decision::Allow && r.source == capgate_policy::Source::User)
-        .flat_map(|r| r.resources.iter())
-        .filter_map(|res| {
-            let bare = res.trim_start_matches('[');
-            let bare = bare.split(']').next().unwrap_or(bare);
-            bare.parse::<ipnet::IpNet>().ok().or_else(|| {
-                bare.parse::<std::net::IpAddr>()
-                    .ok()
-                    .map(ipnet::IpNet::from)
-            })
-        })
-        .collect()
-}
-
 /// Everything the gateway of `sandbox` needs; `rules` are the sandbox's rules from the store.
 pub fn config(
     sandbox: &str,
@@ -188,7 +170,9 @@ pub fn config(
             "capgate: WARNING: --dangerously-resolve maps `{m}`: that name bypasses DNS and the address guard"
         );
     }
-    let guard = AddressGuard::new(explicit_openings(rules))?.with_dangerous_mappings(mappings);
+    // No fixed openings: the gateway takes the IPs and CIDRs user rules name from the
+    // rules in force, phase by phase (`Matcher::openings`), so they end with their rule.
+    let guard = AddressGuard::new(Vec::new())?.with_dangerous_mappings(mappings);
     let extra = match upstream_ca {
         Some(p) => {
             Some(std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?)

@@ -771,12 +771,18 @@ impl AddressGuard {
 
     /// Classifies one address.
     pub fn classify(&self, ip: IpAddr) -> Class {
+        self.classify_with(ip, &[])
+    }
+
+    /// Classifies one address with `extra` openings besides the guard's own (those that
+    /// hold now: see [`AddressGuard::vet_with`]).
+    pub fn classify_with(&self, ip: IpAddr, extra: &[IpNet]) -> Class {
         let mut blocked: Option<&BlockedRange> = None;
         let mut opened: Option<(&BlockedRange, IpNet)> = None;
         for range in self.table.iter().filter(|r| r.net.contains(&ip)) {
             let more_specific =
                 |other: &BlockedRange| range.net.prefix_len() > other.net.prefix_len();
-            match self.opening_for(ip, range.net) {
+            match self.opening_for(ip, range.net, extra) {
                 Some(by) => {
                     if opened.is_none_or(|(other, _)| more_specific(other)) {
                         opened = Some((range, by));
@@ -802,7 +808,7 @@ impl AddressGuard {
             });
         }
         if let Some(e) = embedded
-            && let Class::Blocked(inner) = self.classify(IpAddr::V4(e.ipv4))
+            && let Class::Blocked(inner) = self.classify_with(IpAddr::V4(e.ipv4), extra)
         {
             return Class::Blocked(Blocked {
                 addr: ip,
@@ -822,11 +828,12 @@ impl AddressGuard {
     }
 
     /// The user opening that opens `ip` inside `range`, if any.
-    fn opening_for(&self, ip: IpAddr, range: IpNet) -> Option<IpNet> {
+    fn opening_for(&self, ip: IpAddr, range: IpNet, extra: &[IpNet]) -> Option<IpNet> {
         self.openings
             .iter()
-            .find(|opening| opening.contains(&ip) && range.contains(*opening))
-            .copied()
+            .chain(extra)
+            .map(IpNet::trunc)
+            .find(|opening| opening.contains(&ip) && range.contains(opening))
     }
 
     /// Turns a host (literal or name) and port into the one address to dial.
@@ -848,8 +855,21 @@ impl AddressGuard {
         port: u16,
         resolver: &dyn Resolve,
     ) -> Result<SocketAddr, Refusal> {
+        self.vet_with(host, port, resolver, &[])
+    }
+
+    /// [`AddressGuard::vet`] with `extra` openings besides the guard's own: the ones the
+    /// user's rules hold at this moment (in this phase), which change while the guard
+    /// lives.
+    pub fn vet_with(
+        &self,
+        host: &str,
+        port: u16,
+        resolver: &dyn Resolve,
+        extra: &[IpNet],
+    ) -> Result<SocketAddr, Refusal> {
         if let Some(ip) = parse_ip_literal(host) {
-            return match self.classify(ip) {
+            return match self.classify_with(ip, extra) {
                 Class::Blocked(blocked) => Err(Refusal::BlockedLiteral {
                     host: host.to_owned(),
                     blocked,
@@ -881,10 +901,12 @@ impl AddressGuard {
                 host: host.to_owned(),
                 source,
             })?;
-        let first_blocked = answers.iter().find_map(|&ip| match self.classify(ip) {
-            Class::Blocked(blocked) => Some(blocked),
-            Class::Public | Class::Opened { .. } => None,
-        });
+        let first_blocked = answers
+            .iter()
+            .find_map(|&ip| match self.classify_with(ip, extra) {
+                Class::Blocked(blocked) => Some(blocked),
+                Class::Public | Class::Opened { .. } => None,
+            });
         if let Some(blocked) = first_blocked {
             return Err(Refusal::BlockedAnswer {
                 host: host.to_owned(),

@@ -633,8 +633,18 @@ impl Gateway {
     async fn vet(&self, host: &str, port: u16) -> Result<SocketAddr, AddrRefusal> {
         let gw = self.clone();
         let h = host.to_owned();
+        // The openings the user's rules hold now, in this phase: a rule's opening ends with
+        // the rule, and an install-only one opens nothing at runtime.
+        let openings = self
+            .cfg()
+            .policy
+            .current()
+            .map(|m| m.openings(&self.cfg().sandbox, self.cfg().phase.get()))
+            .unwrap_or_default();
         match tokio::task::spawn_blocking(move || {
-            gw.cfg().guard.vet(&h, port, gw.cfg().resolver.as_ref())
+            gw.cfg()
+                .guard
+                .vet_with(&h, port, gw.cfg().resolver.as_ref(), &openings)
         })
         .await
         {

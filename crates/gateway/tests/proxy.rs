@@ -2031,3 +2031,44 @@ async fn a_socks_name_that_is_no_host_is_recorded_spelled_out() {
     let hosts: Vec<String> = recorded(&h).into_iter().map(|e| e.host).collect();
     assert_eq!(hosts, [r"\u{1b}[2J\u{1b}[Hall allowed\r\n"]);
 }
+
+/// An IP a user's allow rule names opens the address guard only while that rule holds:
+/// in its phase, and until it is removed. Twin: without such a rule, even an allow-all
+/// rule does not reach a loopback address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_rule_opens_an_address_only_in_its_phase_and_while_it_lasts() {
+    let opening = |phase: Option<Phase>| Rule {
+        source: capgate_policy::Source::User,
+        phase,
+        ..rule("u1", Decision::Allow, &["127.0.0.1"], None, None)
+    };
+    let everything = rule("all", Decision::Allow, &["**"], None, None);
+    let h = harness_full(
+        false,
+        false,
+        Limits::default(),
+        vec![everything.clone(), opening(Some(Phase::Install))],
+    )
+    .await;
+    let port = h.ports["plain.test"];
+    let get = format!(
+        "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    );
+    // Runtime: the install-only opening does not hold, so `**` alone cannot reach it.
+    let out = raw_exchange(&h, get.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(out.contains("X-Capgate-Reason: blocked_address"), "{out}");
+    // Install: it does.
+    h.gw.phase().set(Phase::Install);
+    let out = raw_exchange(&h, get.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    // A rule for every phase opens it at runtime, until the rule goes.
+    h.gw.phase().set(Phase::Runtime);
+    h.policy
+        .replace(Matcher::compile(&[everything.clone(), opening(None)]));
+    let out = raw_exchange(&h, get.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    h.policy.replace(Matcher::compile(&[everything]));
+    let out = raw_exchange(&h, get.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+}

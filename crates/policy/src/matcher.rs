@@ -440,6 +440,18 @@ pub struct Matcher {
     rules: Vec<CompiledRule>,
     global: Index,
     sandboxes: Map<Box<str>, Index>,
+    /// Address ranges user allow rules name explicitly (see [`Matcher::openings`]).
+    openings: Vec<Opening>,
+}
+
+/// An IP or CIDR an active user allow rule names: the one way past the gateway's guard
+/// against private, loopback and metadata addresses, for as long as the rule holds.
+#[derive(Debug, Clone)]
+struct Opening {
+    net: ipnet::IpNet,
+    sandbox: Option<Box<str>>,
+    phase: Option<Phase>,
+    protocol: Protocol,
 }
 
 impl Matcher {
@@ -457,6 +469,7 @@ impl Matcher {
             rules: Vec::new(),
             global: Index::default(),
             sandboxes: Map::default(),
+            openings: Vec::new(),
         };
         let mut problems = Vec::new();
         for rule in rules {
@@ -531,6 +544,21 @@ impl Matcher {
                 decision: rule.decision,
                 bounded: rule.is_bounded(),
             };
+            if rule.decision == Decision::Allow && rule.source == Source::User {
+                for pattern in &patterns {
+                    if let HostForm::Network(net) = pattern.host {
+                        matcher.openings.push(Opening {
+                            net: net.trunc(),
+                            sandbox: match &rule.scope {
+                                Scope::Global => None,
+                                Scope::Sandbox(name) => Some(name.as_str().into()),
+                            },
+                            phase: rule.phase,
+                            protocol: rule.protocol,
+                        });
+                    }
+                }
+            }
             let index = match &rule.scope {
                 Scope::Global => &mut matcher.global,
                 Scope::Sandbox(name) => matcher.sandboxes.entry(name.as_str().into()).or_default(),
@@ -560,6 +588,24 @@ impl Matcher {
             index.shrink();
         }
         (matcher, problems)
+    }
+
+    /// The address ranges that active user allow rules name explicitly and that hold for
+    /// `sandbox` in `phase` over TCP (what the gateway carries): the openings of the
+    /// gateway's address guard. A rule's opening lasts as long as the rule, and only in
+    /// its phase: an install-only rule opens nothing at runtime.
+    pub fn openings(&self, sandbox: &str, phase: Phase) -> Vec<ipnet::IpNet> {
+        let mut out: Vec<ipnet::IpNet> = self
+            .openings
+            .iter()
+            .filter(|o| o.sandbox.as_deref().is_none_or(|s| s == sandbox))
+            .filter(|o| o.phase.is_none_or(|p| p == phase))
+            .filter(|o| matches!(o.protocol, Protocol::Any | Protocol::Tcp))
+            .map(|o| o.net)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// How many rules were compiled (active, and not left out as malformed).
@@ -889,6 +935,42 @@ mod tests {
             active: true,
             created_at: "2026-01-01T00:00:00Z".to_owned(),
         }
+    }
+
+    #[test]
+    fn openings_are_the_named_addresses_of_active_user_allows_in_force() {
+        let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap();
+        let rules = vec![
+            // Held: global, every phase; a host name opens nothing.
+            rule("a", Decision::Allow, &["10.1.2.3", "db.internal"]),
+            // Held in its sandbox only, in its phase only.
+            Rule {
+                scope: Scope::Sandbox("box".into()),
+                phase: Some(Phase::Install),
+                ..rule("b", Decision::Allow, &["192.168.7.0/24"])
+            },
+            // Never an opening: a deny, a kit's rule, an inactive rule, UDP only.
+            rule("c", Decision::Deny, &["10.9.9.9"]),
+            Rule {
+                source: Source::Kit,
+                ..rule("d", Decision::Allow, &["10.8.8.8"])
+            },
+            Rule {
+                active: false,
+                ..rule("e", Decision::Allow, &["10.7.7.7"])
+            },
+            Rule {
+                protocol: Protocol::Udp,
+                ..rule("f", Decision::Allow, &["10.6.6.6"])
+            },
+        ];
+        let m = Matcher::compile(&rules);
+        assert_eq!(m.openings("box", Phase::Runtime), [net("10.1.2.3/32")]);
+        assert_eq!(
+            m.openings("box", Phase::Install),
+            [net("10.1.2.3/32"), net("192.168.7.0/24")]
+        );
+        assert_eq!(m.openings("other", Phase::Install), [net("10.1.2.3/32")]);
     }
 
     fn connect(host: &str, port: u16) -> Query {
