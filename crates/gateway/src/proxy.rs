@@ -339,6 +339,19 @@ impl Gateway {
                 ),
             );
         }
+        if let Some(h) = headers.iter().find(|h| {
+            METHOD_OVERRIDES.iter().any(|name| h.is(name))
+                && !h.value.eq_ignore_ascii_case(method.as_bytes())
+        }) {
+            // Frameworks that honour the header run its method, not the one judged.
+            return Verdict::refused(
+                Reason::MalformedRequest,
+                format!(
+                    "the request is `{method}` but its `{}` header names another method; it has no single reading",
+                    h.name
+                ),
+            );
+        }
         let request = http_request(method, path);
         let verdict = self.decide(target, port, Some(request));
         let phase = self.cfg().phase.get();
@@ -1738,6 +1751,14 @@ fn exfiltration(message: String) -> Verdict {
         inspect: false,
     }
 }
+
+/// Headers that web frameworks (Rails, Laravel, Symfony, Express' method-override,
+/// Spring's HiddenHttpMethodFilter behind proxies) read as the request's real method.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
 
 /// The request a rule judges: the method (an extension method, or one in another letter
 /// case, as `ANY`, which only method-less rules match) and the path as sent.

@@ -1735,12 +1735,27 @@ async fn a_known_method_in_another_letter_case_is_refused() {
             "{spelled}: {out}"
         );
     }
-    // An allowed method in upper case still passes; nothing above reached the upstream.
+    // A method-override header naming another method is a second method: refused. One
+    // naming the method itself changes nothing.
+    let overridden = |named: &str| {
+        format!(
+            "POST http://plain.test:{port}/admin/users/1 HTTP/1.1\r\nHost: plain.test\r\nX-HTTP-Method-Override: {named}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let out = raw_exchange(&h, overridden("DELETE").as_bytes()).await;
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("X-Capgate-Reason: malformed_request"),
+        "{out}"
+    );
+    let out = raw_exchange(&h, overridden("POST").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    // An allowed method in upper case still passes; no refused request reached the upstream.
     let out = raw_exchange(&h, send("GET").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     let seen = h.seen["plain.test"].lock().unwrap().requests.clone();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    assert!(seen[0].starts_with("GET /admin/users/1"), "{seen:?}");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].starts_with("POST /admin/users/1"), "{seen:?}");
+    assert!(seen[1].starts_with("GET /admin/users/1"), "{seen:?}");
 }
 
 /// `;` starts path parameters on Tomcat, Jetty and Spring, which cut them off before
