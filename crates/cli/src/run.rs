@@ -132,6 +132,19 @@ fn millicpus(cpus: f64) -> Result<u32, String> {
     Ok((milli as u32).max(1))
 }
 
+/// Why capgate's data directory `data` (canonical) cannot stay where it is while a sandbox
+/// runs, if it cannot: beneath a host directory every sandbox sees read-only (`/usr`, …),
+/// its CA key, secrets and policy store would be readable by the workload, which owns them
+/// (it runs as the invoking user, or as root for root).
+fn data_dir_problem(data: &Path, shown: &[PathBuf]) -> Option<String> {
+    let dir = shown.iter().find(|d| data.starts_with(d))?;
+    Some(format!(
+        "capgate's data directory `{}` is beneath `{}`, which every sandbox sees: its CA key, secrets and policy store would be readable inside; set CAPGATE_HOME elsewhere",
+        data.display(),
+        dir.display()
+    ))
+}
+
 /// Why `workspace` (canonical) cannot be given to a sandbox, if it cannot: it would show
 /// the workload capgate's own data directory (the CA key, the secrets, the policy store;
 /// writable with `--mount`), or the whole host.
@@ -447,7 +460,11 @@ fn run_provisioned(
     };
     let workspace = std::fs::canonicalize(&workspace)
         .with_context(|| format!("workspace `{}`", workspace.display()))?;
-    if let Some(problem) = workspace_problem(&workspace, &data_dir()?) {
+    let data = data_dir()?;
+    let data = std::fs::canonicalize(&data).unwrap_or(data);
+    let problem = workspace_problem(&workspace, &data)
+        .or_else(|| data_dir_problem(&data, &capgate_sandbox::shown_host_dirs()));
+    if let Some(problem) = problem {
         eprintln!("capgate: the sandbox could not start: {problem}");
         return Ok(125);
     }
@@ -877,6 +894,19 @@ mod tests {
         assert_eq!(problem("/home/u/project"), None);
         assert_eq!(problem("/home/u/.local/share/capgate-other"), None);
         assert_eq!(problem("/home/uu"), None);
+    }
+
+    #[test]
+    fn a_data_directory_beneath_a_shown_host_directory_is_named() {
+        let shown = [PathBuf::from("/usr"), PathBuf::from("/usr/lib")];
+        let problem = |d: &str| data_dir_problem(Path::new(d), &shown);
+        assert!(
+            problem("/usr/local/share/capgate")
+                .unwrap()
+                .contains("beneath `/usr`")
+        );
+        assert_eq!(problem("/home/u/.local/share/capgate"), None);
+        assert_eq!(problem("/usrx/capgate"), None);
     }
 
     #[test]

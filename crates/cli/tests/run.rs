@@ -574,6 +574,39 @@ fn a_workspace_holding_the_data_directory_is_refused() {
     assert_eq!(stdout, "workspace file\n");
 }
 
+/// A data directory beneath a host directory every sandbox sees read-only (`/usr/...`)
+/// would show the workload the CA key: refused (125) before anything runs. (As root only:
+/// others cannot write there.)
+#[test]
+fn a_data_directory_the_sandbox_would_see_is_refused() {
+    let euid = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&euid.stdout).trim() != "0" {
+        eprintln!("skipped: needs root to make a directory under /usr/local/share");
+        return;
+    }
+    let env = setup();
+    let home = format!("/usr/local/share/capgate-test-{}", std::process::id());
+    let ws = env.path("ws").display().to_string();
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            "--workspace",
+            &ws,
+            "--",
+            "sh",
+            "-c",
+            &format!("cat {home}/ca/ca-key.pem; echo RAN"),
+        ])
+        .env("CAPGATE_HOME", &home)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(stderr.contains("every sandbox sees"), "{stderr}");
+}
+
 /// A host mount persists for the kit that declares it, and only for it: another kit
 /// declaring the same path gets a directory of its own.
 #[test]

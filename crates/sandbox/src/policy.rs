@@ -37,6 +37,19 @@ pub(crate) const SYSTEM_DIRS: &[Entry] = &[
     e("/libx32", "x32 libraries on multilib hosts"),
 ];
 
+/// The host directories every sandbox sees (read-only), resolved: [`SYSTEM_DIRS`] as they
+/// exist on this host, symbolic links followed (`/bin` is `/usr/bin` on merged-/usr hosts).
+/// Anything of capgate's own kept beneath one (its data directory) is shown to the workload.
+pub fn shown_host_dirs() -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = SYSTEM_DIRS
+        .iter()
+        .filter_map(|e| std::fs::canonicalize(e.path).ok())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
 /// Host `/etc` entries copied (never bound) into the sandbox's generated `/etc`. Everything
 /// else in the host's `/etc` (shadow, ssh keys, sudoers, machine-id, ld.so.preload, network
 /// and service configuration, package manager credentials) does not exist inside.
