@@ -106,6 +106,8 @@ pub(crate) enum Effect {
     LoopbackUp,
     /// Create a listener (returned to the caller).
     Listen(ListenerSpec),
+    /// Write `/proc/self/oom_score_adj` (raising it needs no privilege).
+    OomScoreAdj(i32),
     /// `PR_SET_DUMPABLE(0)`: /proc/<pid> of this process is closed to others.
     SetDumpable(bool),
     /// Empty the capability bounding set.

@@ -648,6 +648,10 @@ impl Kernel for Linux {
             Effect::NewSession => {
                 nix::unistd::setsid().map_err(io::Error::from)?;
             }
+            Effect::OomScoreAdj(value) => {
+                let path = Path::new("/proc/self/oom_score_adj");
+                std::fs::write(path, value.to_string()).map_err(|e| with_path(e, "write", path))?;
+            }
             Effect::ResetSignals => sys::reset_signals()?,
             Effect::Stdio(_) => {
                 let [stdin, stdout, stderr] = self

@@ -705,6 +705,10 @@ pub(crate) fn exec_candidates(program: &str, env: &[(String, String)]) -> Vec<Pa
 }
 
 /// A command's effects in the forked child of the init, ending with `execve`.
+/// The `oom_score_adj` of every command run inside (the init keeps 0): half of the memory
+/// limit's worth of badness, so any command is killed before the init.
+pub(crate) const COMMAND_OOM_SCORE_ADJ: i32 = 500;
+
 pub(crate) fn command_effects(
     argv: &[String],
     env: &[(String, String)],
@@ -719,6 +723,12 @@ pub(crate) fn command_effects(
     let program = argv.first().cloned().unwrap_or_default();
     vec![
         Effect::NewSession,
+        // Under memory pressure the kernel kills a command before the init: tmpfs pages
+        // belong to no process, so by size alone the init could be chosen, ending the run.
+        // The init is not dumpable, which leaves its /proc files to the host's root; the
+        // command becomes dumpable at exec anyway, so it is made so first, to own them.
+        Effect::SetDumpable(true),
+        Effect::OomScoreAdj(COMMAND_OOM_SCORE_ADJ),
         Effect::ResetSignals,
         Effect::Stdio(stdio),
         Effect::CloseOnExecFrom3,

@@ -208,3 +208,28 @@ fn a_cpu_limit_throttles_a_busy_loop_and_no_limit_makes_no_cpu_cgroup() {
     b.sandbox.stop().unwrap();
     assert!(!cpu.exists(), "the cgroup is removed on stop");
 }
+
+/// tmpfs pages belong to no process, so when a command fills `/dev/shm` up to the memory
+/// limit the kernel must still pick a command to kill, not the sandbox's init: the run
+/// goes on and says so. Each command's `oom_score_adj` is raised for that.
+#[test]
+fn filling_tmpfs_to_the_limit_kills_a_command_not_the_sandbox() {
+    let mut s = setup("lim-shm", WorkspaceMode::Copy);
+    s.spec.limits.memory = Some(64 << 20);
+    let mut b = start(&s.spec);
+    let adj = sh(&mut b.sandbox, "cat /proc/self/oom_score_adj");
+    assert_eq!(adj.stdout.trim(), "500", "{adj:?}");
+    let fill = sh(
+        &mut b.sandbox,
+        "dd if=/dev/zero of=/dev/shm/fill bs=1M count=100 2>/dev/null; echo dd=$?",
+    );
+    // The filler was killed (or failed to write), the shell around it went on, and so
+    // does the sandbox.
+    assert!(
+        fill.stdout.starts_with("dd=") && fill.stdout.trim() != "dd=0",
+        "{fill:?}"
+    );
+    let after = sh(&mut b.sandbox, "rm -f /dev/shm/fill; echo alive");
+    assert_eq!(after.stdout, "alive\n", "{after:?}");
+    b.sandbox.stop().unwrap();
+}
