@@ -607,6 +607,47 @@ fn a_data_directory_the_sandbox_would_see_is_refused() {
     assert!(stderr.contains("every sandbox sees"), "{stderr}");
 }
 
+/// Output redirected to a host file reaches it, but the workload gets a pipe, never the
+/// file itself: it cannot reopen it through `/proc/self/fd` to read what the file held, nor
+/// chmod it. Input from a host file arrives the same way.
+#[test]
+fn stdio_files_are_relayed_not_handed_over() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = setup();
+    let log = env.path("out.log");
+    std::fs::write(&log, "HOST-PRIOR-CONTENT\n").unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let input = env.path("in.txt");
+    std::fs::write(&input, "from the host file\n").unwrap();
+    let script = "import os, sys\n\
+try:\n    fd = os.open('/proc/self/fd/1', os.O_RDONLY | os.O_NONBLOCK)\n    seen = os.read(fd, 4096)\nexcept OSError as e:\n    seen = repr(e).encode()\n\
+print('reopened:', b'HOST-PRIOR' in seen)\n\
+try:\n    os.fchmod(1, 0o777)\nexcept OSError:\n    pass\n\
+print('stdin:', sys.stdin.read().strip())\n";
+    let ws = env.path("ws").display().to_string();
+    let o = Command::new(BIN)
+        .args(["run", "--workspace", &ws, "--", "python3", "-c", script])
+        .env("CAPGATE_HOME", env.path("home"))
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        written,
+        "HOST-PRIOR-CONTENT\nreopened: False\nstdin: from the host file\n"
+    );
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the workload changed the host file's mode");
+}
+
 /// A host mount persists for the kit that declares it, and only for it: another kit
 /// declaring the same path gets a directory of its own.
 #[test]

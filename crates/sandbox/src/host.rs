@@ -11,6 +11,120 @@ use crate::report::StartReport;
 use crate::spec::{HelperCommand, RunCommand, SandboxSpec};
 use crate::sys;
 
+/// Which way a relayed descriptor's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Into the sandbox (stdin).
+    In,
+    /// Out of it (stdout, stderr).
+    Out,
+}
+
+/// A pipe between a command's stdio and the caller's, where handing over the caller's own
+/// descriptor would give the workload its host object: a regular file can be reopened
+/// through `/proc/self/fd` (reading what the file held before) and chmod'ed, a device such
+/// as `/dev/null` too (as root, the agent is the host's root, its owner). Pipes and sockets
+/// are handed over as they are (nothing to reopen or chmod), and so are terminals, which
+/// interactive programs need as such (see ARCHITECTURE.md for what that leaves).
+#[derive(Debug)]
+enum Relay {
+    /// Handed over as it is.
+    Direct,
+    /// A pipe: the end the sandbox gets, and the end plus the caller's descriptor that a
+    /// thread copies between.
+    Pipe {
+        inner: OwnedFd,
+        outer: OwnedFd,
+        host: OwnedFd,
+        direction: Direction,
+    },
+    /// Copying, on its own thread; `done` says when it has.
+    Running {
+        done: std::sync::mpsc::Receiver<()>,
+        direction: Direction,
+    },
+}
+
+impl Relay {
+    fn for_fd(fd: BorrowedFd<'_>, direction: Direction) -> Result<Relay, SandboxError> {
+        let stat =
+            nix::sys::stat::fstat(fd).map_err(|e| os("stat a stdio descriptor")(e.into()))?;
+        let kind =
+            nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+        if kind == nix::sys::stat::SFlag::S_IFIFO
+            || kind == nix::sys::stat::SFlag::S_IFSOCK
+            || nix::unistd::isatty(fd).unwrap_or(false)
+        {
+            return Ok(Relay::Direct);
+        }
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| os("make a stdio pipe")(e.into()))?;
+        let (inner, outer) = match direction {
+            Direction::In => (read, write),
+            Direction::Out => (write, read),
+        };
+        let host = fd
+            .try_clone_to_owned()
+            .map_err(os("duplicate a stdio descriptor"))?;
+        Ok(Relay::Pipe {
+            inner,
+            outer,
+            host,
+            direction,
+        })
+    }
+
+    /// The descriptor the sandbox gets instead of the caller's, if relayed.
+    fn inner_end(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Relay::Pipe { inner, .. } => Some(inner.as_fd()),
+            Relay::Direct | Relay::Running { .. } => None,
+        }
+    }
+
+    /// Drops the sandbox's end (it has its own copy now) and starts copying.
+    fn started(self) -> Result<Relay, SandboxError> {
+        let Relay::Pipe {
+            inner,
+            outer,
+            host,
+            direction,
+        } = self
+        else {
+            return Ok(self);
+        };
+        drop(inner);
+        let (tx, done) = std::sync::mpsc::channel();
+        let (mut from, mut to) = match direction {
+            Direction::In => (std::fs::File::from(host), std::fs::File::from(outer)),
+            Direction::Out => (std::fs::File::from(outer), std::fs::File::from(host)),
+        };
+        std::thread::Builder::new()
+            .name("capgate-stdio".into())
+            .spawn(move || {
+                // Ends at end-of-file, or when the other side is closed (a command that
+                // read no more of its input); neither is an error of the run's.
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = tx.send(());
+            })
+            .map_err(os("start a stdio relay"))?;
+        Ok(Relay::Running { done, direction })
+    }
+
+    /// After the command: waits (briefly) for its output to be copied out, so that it
+    /// comes before anything the caller prints next. A process left inside holding the
+    /// pipe keeps its relay going until the sandbox stops; input is not waited for.
+    fn finish(self) {
+        if let Relay::Running {
+            done,
+            direction: Direction::Out,
+        } = self
+        {
+            let _ = done.recv_timeout(std::time::Duration::from_secs(2));
+        }
+    }
+}
+
 /// A running sandbox: namespaces, filesystem, cgroup and a waiting init. Dropping it stops it.
 #[derive(Debug)]
 pub struct Sandbox {
@@ -166,9 +280,30 @@ impl Sandbox {
         let gone = |_| SandboxError::Gone {
             name: self.name.clone(),
         };
+        let relays = [
+            Relay::for_fd(stdin, Direction::In)?,
+            Relay::for_fd(stdout, Direction::Out)?,
+            Relay::for_fd(stderr, Direction::Out)?,
+        ];
+        let given = [
+            relays[0].inner_end().unwrap_or(stdin),
+            relays[1].inner_end().unwrap_or(stdout),
+            relays[2].inner_end().unwrap_or(stderr),
+        ];
         let ctl = self.ctl()?;
-        proto::send(ctl, &Request::Run(wire), &[stdin, stdout, stderr]).map_err(gone)?;
-        match proto::recv::<Reply>(ctl).map_err(gone)? {
+        let sent = proto::send(ctl, &Request::Run(wire), &given);
+        // The sandbox holds its ends now: the relays see end-of-file (or a closed pipe)
+        // when the command and whatever inherited them are gone.
+        let outputs: Vec<Relay> = relays
+            .into_iter()
+            .map(Relay::started)
+            .collect::<Result<_, _>>()?;
+        sent.map_err(gone)?;
+        let reply = proto::recv::<Reply>(ctl).map_err(gone)?;
+        for relay in outputs {
+            relay.finish();
+        }
+        match reply {
             Some((Reply::Exited { status }, _)) => Ok(ExitStatus::from_raw(status)),
             Some((Reply::NotStarted { program, message }, _)) => {
                 Err(SandboxError::Command { program, message })
