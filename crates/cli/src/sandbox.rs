@@ -218,8 +218,13 @@ pub fn ls(args: &LsArgs) -> Result<u8> {
 
 pub fn rm(args: &RmArgs) -> Result<u8> {
     let mut store = open_store()?;
+    // The directory first (its sentinels, volumes and state), the record last: a removal
+    // that fails half-way leaves the record, so `rm` can be run again, and a later `create`
+    // of the name never inherits the old sentinels.
+    if store.sandbox(&args.name)?.is_some() {
+        SandboxDir::of(&args.name)?.remove()?;
+    }
     let removed = store.remove_sandbox(&args.name)?;
-    SandboxDir::of(&args.name)?.remove()?;
     println!(
         "removed sandbox `{}` and its {} rules",
         args.name,

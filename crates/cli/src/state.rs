@@ -119,32 +119,14 @@ impl SandboxDir {
     }
 
     pub fn remove(&self) -> Result<()> {
-        match remove_tree(&self.dir) {
+        // Descriptor by descriptor, following no link: a named sandbox's workload may be
+        // swapping links into its volumes while this runs.
+        match capgate_sandbox::remove_tree(&self.dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e).with_context(|| format!("cannot remove `{}`", self.dir.display())),
         }
     }
-}
-
-/// `rm -r` that also takes directories it may not list but may remove: overlayfs leaves
-/// its `work/work` empty, mode 000 and owned by the sandbox's root (a subordinate id when
-/// capgate runs as a normal user), which `remove_dir_all` cannot open.
-fn remove_tree(path: &Path) -> std::io::Result<()> {
-    if !fs::symlink_metadata(path)?.is_dir() {
-        return fs::remove_file(path);
-    }
-    match fs::read_dir(path) {
-        Ok(entries) => {
-            for entry in entries {
-                remove_tree(&entry?.path())?;
-            }
-        }
-        // Removable only if empty; otherwise the error below names it.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
-        Err(e) => return Err(e),
-    }
-    fs::remove_dir(path)
 }
 
 /// Writes a file readable by its owner only, atomically.

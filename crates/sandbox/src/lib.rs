@@ -41,6 +41,7 @@ mod plan;
 mod policy;
 mod probe;
 mod proto;
+mod remove;
 mod report;
 mod seccomp;
 mod spec;
@@ -55,6 +56,7 @@ pub use helper::helper_main;
 pub use host::{Prepared, Sandbox};
 pub use policy::shown_host_dirs;
 pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
+pub use remove::remove_tree;
 pub use report::{LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{
     AGENT_HOME, AGENT_ID, DEFAULT_PIDS, DEFAULT_TMPFS_SIZE, EtcFiles, HelperCommand, Limits,
