@@ -132,6 +132,12 @@ pub fn provision(
             }
         }
     };
+    // Rules the store would refuse stop everything before anything is written: no lock,
+    // no composition (whose credential routes the gateway follows), no sentinels.
+    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan));
+    for rule in &rules {
+        rule.validate()?;
+    }
     let code = gate(
         &plan,
         &lock_path,
@@ -145,17 +151,18 @@ pub fn provision(
         return Ok(Err(code));
     }
     let lock_digest = capgate_resolve::digest_of(&std::fs::read(&lock_path)?);
-    let dir = SandboxDir::of(&args.name)?;
-    dir.create()?;
-    dir.write_composition(&plan.composed.descriptor())?;
-    dir.sentinels(&credential_services(&plan))?;
-    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan));
     let record = SandboxRecord::new(
         args.name.clone(),
         plan.order().iter().map(|s| (*s).to_owned()).collect(),
         SandboxGrants::LockDigest(lock_digest),
     );
+    // The store first, which is where a refusal would come from: the composition (and
+    // its credentials' inject domains) changes only once the kits' rules are in force.
     store.provision_sandbox(record, rules)?;
+    let dir = SandboxDir::of(&args.name)?;
+    dir.create()?;
+    dir.write_composition(&plan.composed.descriptor())?;
+    dir.sentinels(&credential_services(&plan))?;
     Ok(Ok(Provisioned { plan, base }))
 }
 

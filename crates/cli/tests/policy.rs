@@ -471,3 +471,46 @@ fn a_kit_deny_the_matcher_cannot_read_is_refused_at_provisioning() {
     assert_eq!(code, 0);
     assert_eq!(v["rules"].as_array().unwrap().len(), 0, "{v}");
 }
+
+/// A recreate whose rules the store refuses changes nothing: not the lock, not the
+/// sandbox's composition (whose credential inject domains the gateway follows), not its
+/// rules. Before, the refused kit's composition stayed on disk and its inject domain was
+/// live. The twin, a valid recreate, changes all three.
+#[test]
+fn a_refused_recreate_leaves_the_sandbox_as_it_was() {
+    let h = Home::new();
+    let kit = |allow: &str, inject: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {{runtime: {{allow: [{allow}]}}}}\n  - type: com.docker.sandbox/credential@1\n    config:\n      service: github\n      phase: runtime\n      apiKey: {{name: GH_TOKEN, proxyManaged: true, inject: [{{domain: {inject}}}]}}\n"
+        )
+    };
+    h.kit("a", &kit("api.github.com", "api.github.com"));
+    let out = h.run(&["create", "sb", "--kit", "a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let composition = h.dir().join("home/sandboxes/sb/composition.json");
+    let before = std::fs::read_to_string(&composition).unwrap();
+
+    h.kit("b", &kit("'foo..com', evil.example", "evil.example"));
+    let out = h.run(&["create", "sb", "--kit", "b"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("foo..com"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&composition).unwrap(), before);
+    assert!(
+        !h.dir().join("b/capgate.lock").exists(),
+        "no lock for a refused kit"
+    );
+    let (_, v) = h.json(&["policy", "ls", "--source", "kit", "--json"]);
+    assert!(
+        v.to_string().contains("api.github.com") && !v.to_string().contains("evil"),
+        "{v}"
+    );
+
+    h.kit("c", &kit("api.example.com", "api.example.com"));
+    let out = h.run(&["create", "sb", "--kit", "c"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let after = std::fs::read_to_string(&composition).unwrap();
+    assert!(
+        after.contains("api.example.com") && !after.contains("api.github.com"),
+        "{after}"
+    );
+}

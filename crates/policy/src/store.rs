@@ -203,6 +203,12 @@ impl NewRule {
         }
     }
 
+    /// Whether the store would take this rule: the error it would refuse it with. For
+    /// callers that must know before they write anything else.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        check_rule(self)
+    }
+
     /// The consistency the store keeps for every rule it holds.
     fn check(&self) -> Result<(), RuleProblem> {
         if self.name.is_empty() {
