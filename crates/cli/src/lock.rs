@@ -125,7 +125,7 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
     };
     let name = lock_path.display().to_string();
     let write = |lock: &Lock| -> Result<()> {
-        write_atomically(lock_path, lock.to_json().as_bytes())
+        crate::state::write_atomically(lock_path, lock.to_json().as_bytes(), 0o644)
             .with_context(|| format!("cannot write `{name}`"))
     };
 
@@ -198,39 +198,4 @@ fn ask(question: &str) -> Result<bool> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     Ok(matches!(line.trim(), "y" | "Y" | "yes" | "Yes"))
-}
-
-/// Writes a file so that a reader sees the old or the new content, never a torn one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut nonce = [0u8; 8];
-    if getrandom::fill(&mut nonce).is_err() {
-        nonce = u64::from(std::process::id()).to_le_bytes();
-    }
-    let tmp = dir.join(format!(
-        ".{}.tmp-{:016x}",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("capgate.lock"),
-        u64::from_le_bytes(nonce)
-    ));
-    {
-        // A new file only (O_CREAT|O_EXCL): never through a link someone left at that
-        // name, never truncating an existing file.
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        let written = f.write_all(bytes).and_then(|()| f.sync_all());
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    }
-    std::fs::rename(&tmp, path)
 }

@@ -171,10 +171,11 @@ fn workspace_problem(workspace: &Path, data_dir: &Path) -> Option<String> {
 /// Writes the built-in kit into the data directory and returns its directory.
 fn default_kit() -> Result<PathBuf> {
     let dir = data_dir()?.join("builtin").join("shell");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    crate::state::private_dir(&dir)?;
     let file = dir.join("kit.yaml");
     if std::fs::read_to_string(&file).ok().as_deref() != Some(DEFAULT_KIT) {
-        std::fs::write(&file, DEFAULT_KIT)
+        // Replaced, never written through: a link left at that name points nowhere after.
+        crate::state::write_atomically(&file, DEFAULT_KIT.as_bytes(), 0o600)
             .with_context(|| format!("cannot write `{}`", file.display()))?;
     }
     Ok(dir)
@@ -515,7 +516,7 @@ fn run_provisioned(
 
     // The sandbox.
     let state_dir = dir.dir.join("state");
-    std::fs::create_dir_all(&state_dir)?;
+    crate::state::private_dir(&state_dir)?;
     let mut spec = SandboxSpec::new(
         name.to_owned(),
         state_dir,

@@ -129,23 +129,56 @@ impl SandboxDir {
     }
 }
 
-/// Writes a file readable by its owner only, atomically.
+/// Writes a file readable by its owner only, atomically, its directory made owner-only.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+        private_dir(dir)?;
     }
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot write `{}`", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path).with_context(|| format!("cannot write `{}`", path.display()))
+    write_atomically(path, bytes, 0o600)
+        .with_context(|| format!("cannot write `{}`", path.display()))
+}
+
+/// `mkdir -p` with mode 0700 for what it creates, whatever the umask: everything under
+/// the data directory is the invoking user's alone.
+pub fn private_dir(dir: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create `{}`", dir.display()))
+}
+
+/// Writes a file so that a reader sees the old or the new content, never a torn one: a new
+/// temporary file of an unguessable name beside it (`O_CREAT|O_EXCL`, so never through a
+/// link someone left there, never truncating someone's file), with `mode` from the start,
+/// then renamed over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut nonce = [0u8; 8];
+    if getrandom::fill(&mut nonce).is_err() {
+        nonce = u64::from(std::process::id()).to_le_bytes();
+    }
+    let tmp = dir.join(format!(
+        ".{}.tmp-{:016x}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("capgate"),
+        u64::from_le_bytes(nonce)
+    ));
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+    }
+    fs::rename(&tmp, path)
 }

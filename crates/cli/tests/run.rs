@@ -873,3 +873,51 @@ fn mount_mode_refuses_a_workspace_holding_the_kit_or_its_lock() {
     assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
     assert_eq!(stdout, "RAN\n");
 }
+
+/// Whatever the umask (000 here), what capgate writes under its data directory is the
+/// invoking user's alone, and the built-in kit is replaced, never written through a link
+/// left at its name.
+#[test]
+fn the_data_directory_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = setup();
+    let home = env.path("home");
+    let ws = env.path("ws");
+    let run = |args: &str, stdin: &str| {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!("umask 000; exec {BIN} {args}"))
+            .env("CAPGATE_HOME", &home)
+            .current_dir(&ws)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(stdin.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args}: {:?}", out(&o));
+    };
+    run("secret set github", "ghp_real-secret\n");
+    // A link planted where the built-in kit goes, at a file of someone else's.
+    let victim = env.path("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    std::fs::create_dir_all(home.join("builtin/shell")).unwrap();
+    std::os::unix::fs::symlink(&victim, home.join("builtin/shell/kit.yaml")).unwrap();
+    run("run -- true", "");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
+    let mode = |p: &str| {
+        std::fs::symlink_metadata(home.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("secrets.json"), 0o600);
+    assert_eq!(mode("builtin/shell/kit.yaml"), 0o600);
+    assert_eq!(mode("policy.db"), 0o600);
+    assert_eq!(mode("ca"), 0o700);
+    assert!(mode("") & 0o077 == 0, "data directory {:o}", mode(""));
+}

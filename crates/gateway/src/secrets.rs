@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -130,20 +130,27 @@ impl SecretStore {
             source,
         };
         if let Some(dir) = self.path.parent() {
-            fs::create_dir_all(dir).map_err(write_err)?;
+            // Owner only, whatever the umask: the data directory holds the CA key too.
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(write_err)?;
         }
         let text = serde_json::to_vec_pretty(map).map_err(|source| SecretError::Malformed {
             path: self.path.clone(),
             source,
         })?;
-        // Written to a 0600 temporary file from the start, then renamed over the old one.
+        // Written to a new 0600 temporary file of an unguessable name (O_EXCL: never a file
+        // or link someone else put there), then renamed over the old one.
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|_| SecretError::Random)?;
         let tmp = self
             .path
-            .with_extension(format!("tmp-{}", std::process::id()));
+            .with_extension(format!("tmp-{:016x}", u64::from_le_bytes(nonce)));
         let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .map_err(write_err)?;

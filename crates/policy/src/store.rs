@@ -123,6 +123,10 @@ pub fn data_dir_from(
 ) -> Result<PathBuf, StoreError> {
     let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(home) = set("CAPGATE_HOME") {
+        // Relative, every command would use another store depending on where it runs.
+        if !home.is_absolute() {
+            return Err(StoreError::RelativeDataDir(home));
+        }
         return Ok(home);
     }
     if let Some(xdg) = set("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
@@ -453,6 +457,8 @@ impl fmt::Display for RuleProblem {
 pub enum StoreError {
     #[error("cannot find the data directory: set `CAPGATE_HOME`, `XDG_DATA_HOME` or `HOME`")]
     NoDataDir,
+    #[error("`CAPGATE_HOME` is `{}`, a relative path: give an absolute one", .0.display())]
+    RelativeDataDir(PathBuf),
     #[error("{}: cannot create the directory", path.display())]
     CreateDir {
         path: PathBuf,
@@ -1528,6 +1534,10 @@ mod tests {
         assert!(matches!(
             data_dir_from(env(&[])),
             Err(StoreError::NoDataDir)
+        ));
+        assert!(matches!(
+            data_dir_from(env(&[("CAPGATE_HOME", "../home")])),
+            Err(StoreError::RelativeDataDir(_))
         ));
     }
 
