@@ -41,7 +41,7 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
                 continue;
             }
         };
-        let bytes = match std::fs::read(&file) {
+        let bytes = match crate::state::read_kit_file(&file) {
             Ok(b) => b,
             Err(e) => {
                 problems.push(format!("{}: cannot read the file: {e}", file.display()));

@@ -77,6 +77,7 @@ pub fn run(args: &Args) -> Result<u8> {
             approve: args.approve,
             check: args.check,
             json: args.json,
+            json_when_approved: true,
         },
     )
 }
@@ -90,6 +91,10 @@ pub struct GateMode {
     pub check: bool,
     /// Report as JSON (never prompts).
     pub json: bool,
+    /// With `json`: print the report when the plan is approved too (`capgate lock`'s own
+    /// output). A caller that prints its own JSON then (`create`) leaves this off, so that
+    /// stdout holds one document: the gate's only when it refuses.
+    pub json_when_approved: bool,
 }
 
 /// Gates `plan` against the lock at `lock_path`: writes it when there is none (unless
@@ -160,7 +165,9 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             write(&candidate)?;
         }
         if args.json {
-            print_json(&name, &widenings, !unchanged)?;
+            if args.json_when_approved {
+                print_json(&name, &widenings, !unchanged)?;
+            }
         } else if existing.is_none() {
             eprintln!("wrote {name} ({} kits)", candidate.kits.len());
         } else if !widenings.is_empty() {

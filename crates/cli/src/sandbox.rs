@@ -145,6 +145,7 @@ pub fn provision(
             approve: args.approve,
             check: false,
             json: args.json,
+            json_when_approved: false,
         },
     )?;
     if code != exit::OK {

@@ -129,6 +129,19 @@ impl SandboxDir {
     }
 }
 
+/// A kit file's bytes, at most one more than the descriptor reader takes (so it can say
+/// the file is too large) however large the file is: a hostile kit of a gigabyte is not
+/// read into memory to be refused.
+pub fn read_kit_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let limit = capgate_spec::yaml::Limits::DEFAULT.max_bytes + 1;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(u64::try_from(limit).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Writes a file readable by its owner only, atomically, its directory made owner-only.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent() {

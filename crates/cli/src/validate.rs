@@ -147,7 +147,7 @@ pub fn run(args: &Args) -> Result<u8> {
             }
         };
         let name = file.display().to_string();
-        let loaded = match std::fs::read(&file) {
+        let loaded = match crate::state::read_kit_file(&file) {
             Ok(bytes) => load(&bytes, &opts),
             Err(e) => {
                 report.valid = false;

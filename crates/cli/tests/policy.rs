@@ -514,3 +514,23 @@ fn a_refused_recreate_leaves_the_sandbox_as_it_was() {
         "{after}"
     );
 }
+
+/// `create --json` prints one JSON document: the sandbox created, or, when the lock gate
+/// refuses, the gate's report of the widenings (exit 4).
+#[test]
+fn create_json_is_one_document() {
+    let h = Home::new();
+    let kit = |host: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {{runtime: {{allow: [{host}]}}}}\n"
+        )
+    };
+    h.kit("k", &kit("api.example.com"));
+    let (code, v) = h.json(&["create", "one", "--kit", "k", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["name"], "one", "{v}");
+    h.kit("k", &kit("other.example.com"));
+    let (code, v) = h.json(&["create", "one", "--kit", "k", "--json"]);
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(v["widenings"][0]["detail"], "other.example.com", "{v}");
+}

@@ -304,3 +304,30 @@ fn address_ranges_are_refused_in_bounded_entries_only() {
     let o = capgate(&["validate", plain.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+/// A kit file of a gigabyte is refused as too large without being read into memory: under
+/// a 300 MB address-space limit the refusal still comes, with the limit named.
+#[test]
+fn a_huge_kit_is_refused_without_reading_it_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = tmp.path().join("kit.yaml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 300000; exec {BIN} validate {}",
+            big.display()
+        ))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("over the 1048576 byte limit"), "{text}");
+}
