@@ -601,6 +601,30 @@ fn run_provisioned(
         .enable_all()
         .build()?;
     serve_listeners(&runtime, &gw, fds)?;
+    // SIGTERM or SIGHUP (a closed terminal, a service manager) ends the sandbox, and the
+    // run then cleans up as after any end: the audit log flushed, an ephemeral sandbox
+    // removed. (Ctrl-C reaches the helper in the same process group, with the same end.)
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(stopper) = sandbox.stopper() {
+        let stopping = Arc::clone(&stopping);
+        runtime.spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                return;
+            };
+            let which = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+            };
+            if !stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("capgate: {which}: stopping the sandbox");
+                stopper.stop();
+            }
+        });
+    }
 
     // Install hooks under install grants, then runtime grants for everything else.
     let mut code = exit::OK;
@@ -640,6 +664,8 @@ fn run_provisioned(
     if code == exit::OK {
         code = run_workload(&mut sandbox, args, hooks.as_ref(), &envs);
     }
+    // From here the helper's pid is reaped: no signal may use it any more.
+    stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = sandbox.stop();
     runtime.shutdown_background();
 

@@ -921,3 +921,58 @@ fn the_data_directory_is_private_whatever_the_umask() {
     assert_eq!(mode("ca"), 0o700);
     assert!(mode("") & 0o077 == 0, "data directory {:o}", mode(""));
 }
+
+/// SIGTERM (or SIGHUP) to `capgate run` ends the workload and still cleans up: the
+/// ephemeral sandbox's record and state are gone, as after a normal end.
+#[test]
+fn a_terminated_run_still_cleans_up() {
+    let env = setup();
+    let ws = env.path("ws").display().to_string();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--workspace",
+            &ws,
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 30",
+        ])
+        .env("CAPGATE_HOME", env.path("home"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the workload to have started.
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first, "started\n");
+    let sandboxes = env.path("home/sandboxes");
+    assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 1);
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(stderr.contains("SIGTERM: stopping the sandbox"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(&sandboxes).unwrap().count(),
+        0,
+        "the run's state is left: {stderr}"
+    );
+    let ls = env.capgate(&["ls", "--json"], None);
+    assert!(
+        !String::from_utf8_lossy(&ls.stdout).contains("run-"),
+        "{:?}",
+        out(&ls)
+    );
+}

@@ -125,6 +125,23 @@ impl Relay {
     }
 }
 
+/// Ends a sandbox from another thread: its helper is killed, which takes the init and every
+/// process inside with it. The owner's [`Sandbox::run`] then returns
+/// [`SandboxError::Gone`], and its `stop` (or drop) cleans up as usual. Use it only while
+/// the owner has not stopped the sandbox (after that the helper's pid may be reused).
+#[derive(Debug, Clone, Copy)]
+pub struct Stopper(i32);
+
+impl Stopper {
+    /// Kills the helper (`SIGKILL`).
+    pub fn stop(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 /// A running sandbox: namespaces, filesystem, cgroup and a waiting init. Dropping it stops it.
 #[derive(Debug)]
 pub struct Sandbox {
@@ -233,6 +250,13 @@ impl Sandbox {
     /// The sandbox's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A way to end this sandbox from elsewhere (a signal handler), while its owner waits
+    /// in [`Sandbox::run`]; `None` once it is stopped.
+    pub fn stopper(&self) -> Option<Stopper> {
+        let pid = self.helper.as_ref()?.id();
+        Some(Stopper(i32::try_from(pid).ok()?))
     }
 
     fn ctl(&self) -> Result<BorrowedFd<'_>, SandboxError> {
