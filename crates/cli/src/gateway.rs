@@ -97,14 +97,42 @@ pub fn ca_command(cmd: &CaCommand) -> Result<u8> {
     }
 }
 
+/// The secret's value: standard input to its end, or, from a terminal, one line typed with
+/// the terminal's echo off (so it is never on screen, nor in the scrollback).
+fn read_secret(service: &str) -> Result<String> {
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    use std::io::{BufRead as _, IsTerminal as _};
+    use std::os::fd::AsFd as _;
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        let mut value = String::new();
+        stdin
+            .lock()
+            .read_to_string(&mut value)
+            .context("cannot read the secret from standard input")?;
+        return Ok(value);
+    }
+    let fd = stdin.as_fd();
+    let saved = tcgetattr(fd).context("cannot read the terminal's settings")?;
+    let mut hidden = saved.clone();
+    hidden.local_modes.remove(LocalModes::ECHO);
+    // Echo off before the prompt: whatever is typed once the prompt shows is hidden.
+    tcsetattr(fd, OptionalActions::Now, &hidden).context("cannot turn the terminal's echo off")?;
+    eprint!("secret for `{service}` (not shown; Enter ends it): ");
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    let restored = tcsetattr(fd, OptionalActions::Now, &saved);
+    eprintln!();
+    read.context("cannot read the secret from the terminal")?;
+    restored.context("cannot turn the terminal's echo back on")?;
+    Ok(line)
+}
+
 pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
     let store = secrets()?;
     match cmd {
         SecretCommand::Set { service } => {
-            let mut value = String::new();
-            std::io::stdin()
-                .read_to_string(&mut value)
-                .context("cannot read the secret from standard input")?;
+            let value = read_secret(service)?;
             store.set(service, &value)?;
             println!("stored the secret for `{service}`");
         }

@@ -205,3 +205,52 @@ fn decisions_follow_the_store_while_the_gateway_runs() {
             .contains("BEGIN CERTIFICATE")
     );
 }
+
+/// From a terminal, `secret set` reads one line with the terminal's echo off: the secret is
+/// stored and never written back to the screen. (Python's pty module gives the terminal.)
+#[test]
+fn a_secret_typed_at_a_terminal_is_not_echoed() {
+    let h = Home(tempfile::tempdir().unwrap());
+    let script = r#"
+import os, pty, signal, sys
+signal.alarm(20)  # never hang: no prompt in 20 s fails the test
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "secret", "set", "github"])
+out = b""
+while b"not shown" not in out:
+    out += os.read(fd, 4096)
+os.write(fd, b"ghp_typed-secret-123\n")
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script, env!("CARGO_BIN_EXE_capgate")])
+        .env("CAPGATE_HOME", h.0.path().join("home"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{shown}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(shown.contains("secret for `github` (not shown"), "{shown}");
+    assert!(shown.contains("stored the secret for `github`"), "{shown}");
+    assert!(
+        !shown.contains("ghp_typed"),
+        "the secret was echoed: {shown}"
+    );
+    let ls = h.run(&["secret", "ls"], None);
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "github\n");
+}
