@@ -128,6 +128,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    harden_process();
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Resolve(args) => resolve::run(&args),
@@ -162,6 +163,22 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         || e.downcast_ref::<serde_json::Error>()
             .and_then(serde_json::Error::io_error_kind)
             == pipe
+}
+
+/// capgate holds real secrets and the CA key in memory (the gateway of `run` and
+/// `gateway`, `secret set`): no other process of the same user may read them through
+/// ptrace or `/proc/<pid>/mem` (not dumpable), and no crash writes them into a core file
+/// (soft core limit 0; children may raise it again).
+fn harden_process() {
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let core = rustix::process::getrlimit(rustix::process::Resource::Core);
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: core.maximum,
+        },
+    );
 }
 
 fn doctor(json: bool) -> anyhow::Result<u8> {

@@ -923,20 +923,17 @@ fn the_data_directory_is_private_whatever_the_umask() {
 }
 
 /// SIGTERM (or SIGHUP) to `capgate run` ends the workload and still cleans up: the
-/// ephemeral sandbox's record and state are gone, as after a normal end.
+/// ephemeral sandbox's record and state are gone, as after a normal end. (And the run,
+/// which holds real secrets, writes no core file.)
 #[test]
 fn a_terminated_run_still_cleans_up() {
     let env = setup();
     let ws = env.path("ws").display().to_string();
-    let mut child = Command::new(BIN)
+    // Started with core files allowed (soft limit unlimited), which capgate turns off.
+    let mut child = Command::new("sh")
         .args([
-            "run",
-            "--workspace",
-            &ws,
-            "--",
-            "sh",
             "-c",
-            "echo started; sleep 30",
+            &format!("ulimit -S -c unlimited; exec {BIN} run --workspace {ws} -- sh -c 'echo started; sleep 30'"),
         ])
         .env("CAPGATE_HOME", env.path("home"))
         .stdout(Stdio::piped())
@@ -954,6 +951,13 @@ fn a_terminated_run_still_cleans_up() {
     let sandboxes = env.path("home/sandboxes");
     assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 1);
     let pid = child.id().to_string();
+    // The process that holds the gateway's secrets writes no core file.
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
     assert!(
         Command::new("kill")
             .args(["-TERM", &pid])
