@@ -351,6 +351,14 @@ pub fn host_ca_bundle(sandbox: &str) -> Result<PathBuf> {
 }
 
 pub fn env_command(args: &EnvArgs) -> Result<u8> {
+    // Only a sandbox that exists has an environment (and nothing is created for one that
+    // does not: no CA, no bundle).
+    if open_store()?.sandbox(&args.name)?.is_none() {
+        return Err(capgate_policy::store::StoreError::NoSuchSandbox {
+            name: args.name.clone(),
+        }
+        .into());
+    }
     let bundle = host_ca_bundle(&args.name)?;
     let env = workload_env(
         &args.name,

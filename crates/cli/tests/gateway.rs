@@ -254,3 +254,16 @@ sys.exit(os.waitstatus_to_exitcode(status))
     let ls = h.run(&["secret", "ls"], None);
     assert_eq!(String::from_utf8_lossy(&ls.stdout), "github\n");
 }
+
+/// `capgate env` of a sandbox that does not exist says so, and makes nothing (no CA).
+#[test]
+fn env_of_a_missing_sandbox_says_so_and_makes_nothing() {
+    let h = Home(tempfile::tempdir().unwrap());
+    let o = h.run(&["env", "nope"], None);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no sandbox `nope`"),
+        "{o:?}"
+    );
+    assert!(!h.0.path().join("home/ca").exists());
+}
