@@ -2027,8 +2027,17 @@ async fn socks_connections_count_against_the_connection_limit() {
         [0, 0, 0, 1, 1, 1],
         "REP_OK three times, then failures"
     );
-    let accepted = h.mute_accepted.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(accepted, 3, "only the three relays reached the upstream");
+    // The upstream's accept loop runs on its own task: wait for it to count the three,
+    // then check that no more arrive.
+    let accepted = || h.mute_accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..500 {
+        if accepted() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(accepted(), 3, "only the three relays reached the upstream");
     let limited = recorded(&h)
         .into_iter()
         .filter(|e| e.reason == Reason::LimitExceeded)
