@@ -145,19 +145,18 @@ fn data_dir_problem(data: &Path, shown: &[PathBuf]) -> Option<String> {
     ))
 }
 
-/// Why `workspace` (canonical) cannot be given to a sandbox, if it cannot: it would show
-/// the workload capgate's own data directory (the CA key, the secrets, the policy store;
-/// writable with `--mount`), or the whole host.
-fn workspace_problem(workspace: &Path, data_dir: &Path) -> Option<String> {
-    let data = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+/// Why `workspace` cannot be given to a sandbox, if it cannot (both paths canonical): it
+/// would show the workload capgate's own data directory (the CA key, the secrets, the
+/// policy store; writable with `--mount`), or the whole host.
+fn workspace_problem(workspace: &Path, data: &Path) -> Option<String> {
     if workspace == Path::new("/") {
         return Some("the workspace is `/`, the whole host; run from a project directory or give --workspace DIR".to_owned());
     }
-    if data.starts_with(workspace) || workspace.starts_with(&data) {
+    if data.starts_with(workspace) || workspace.starts_with(data) {
         return Some(format!(
             "the workspace `{}` {} capgate's data directory `{}` (its CA key, secrets and policy store must stay out of every sandbox); run from a project directory, give --workspace DIR, or set CAPGATE_HOME outside the workspace",
             workspace.display(),
-            if workspace.starts_with(&data) {
+            if workspace.starts_with(data) {
                 "is inside"
             } else {
                 "contains"

@@ -152,13 +152,67 @@ impl Broker {
         headers: &mut Vec<Header>,
         tls_upstream: bool,
     ) -> Result<Vec<String>, Exfiltration> {
-        let injected_here: Vec<&Injection> = if tls_upstream {
+        let injected_here = self.injected_here(host, phase, tls_upstream);
+        self.scan(&injected_here, method, target, headers)?;
+        let mut done = Vec::new();
+        for inj in injected_here {
+            let Some(secret) = self.secrets.get(&inj.service) else {
+                continue;
+            };
+            let value = match &inj.basic_username {
+                Some(user) => format!(
+                    "Basic {}",
+                    base64(format!("{user}:{}", secret.expose()).as_bytes())
+                ),
+                None => inj.format.replacen("%s", secret.expose(), 1),
+            };
+            headers.retain(|h| !h.is(&inj.header));
+            headers.push(Header::new(inj.header.clone(), value.into_bytes()));
+            done.push(inj.service.clone());
+        }
+        Ok(done)
+    }
+
+    /// [`Broker::apply`]'s judgement alone, for a request that will not be sent (the rules
+    /// refused it): whether it carries a sentinel where its credential is not injected.
+    pub fn check(
+        &self,
+        host: &str,
+        phase: Phase,
+        method: &str,
+        target: &str,
+        headers: &[Header],
+        tls_upstream: bool,
+    ) -> Result<(), Exfiltration> {
+        let injected_here = self.injected_here(host, phase, tls_upstream);
+        self.scan(&injected_here, method, target, headers)
+    }
+
+    /// The credentials whose secret goes into requests to `host` in `phase` (none over
+    /// cleartext: a secret never travels in clear).
+    fn injected_here<'a>(
+        &'a self,
+        host: &'a str,
+        phase: Phase,
+        tls_upstream: bool,
+    ) -> Vec<&'a Injection> {
+        if tls_upstream {
             self.injections_for(host, phase)
                 .filter(|i| self.secrets.contains_key(&i.service))
                 .collect()
         } else {
             Vec::new()
-        };
+        }
+    }
+
+    /// Refuses a sentinel anywhere but the header its credential is injected into here.
+    fn scan(
+        &self,
+        injected_here: &[&Injection],
+        method: &str,
+        target: &str,
+        headers: &[Header],
+    ) -> Result<(), Exfiltration> {
         let allowed = |service: &str| injected_here.iter().any(|i| i.service == service);
         // The target as sent and as each round of percent-decoding leaves it (until nothing
         // changes, at most 4 rounds); nothing to decode without sentinels or escapes.
@@ -201,23 +255,7 @@ impl Broker {
                 }
             }
         }
-        let mut done = Vec::new();
-        for inj in injected_here {
-            let Some(secret) = self.secrets.get(&inj.service) else {
-                continue;
-            };
-            let value = match &inj.basic_username {
-                Some(user) => format!(
-                    "Basic {}",
-                    base64(format!("{user}:{}", secret.expose()).as_bytes())
-                ),
-                None => inj.format.replacen("%s", secret.expose(), 1),
-            };
-            headers.retain(|h| !h.is(&inj.header));
-            headers.push(Header::new(inj.header.clone(), value.into_bytes()));
-            done.push(inj.service.clone());
-        }
-        Ok(done)
+        Ok(())
     }
 }
 

@@ -360,18 +360,17 @@ impl Gateway {
             if let Some(refused) = self.sentinel_in_host(host) {
                 return refused;
             }
-            if self.cfg().broker.has_sentinels() {
-                let mut scratch = headers.clone();
-                if let Err(exfil) = self.cfg().broker.apply(
+            if self.cfg().broker.has_sentinels()
+                && let Err(exfil) = self.cfg().broker.check(
                     host,
                     phase,
                     method,
                     path_and_query,
-                    &mut scratch,
+                    headers,
                     tls_upstream,
-                ) {
-                    return exfiltration(exfil.message(host));
-                }
+                )
+            {
+                return exfiltration(exfil.message(host));
             }
             return verdict;
         }
