@@ -192,6 +192,9 @@ pub fn render_surface(surface: &Surface) -> String {
     section("Ports", &[("published", &surface.ports)]);
     section("Devices", &[("usb", &surface.usb)]);
     section("Services", &[("requested", &surface.services)]);
+    if let Some(tier) = surface.determinism {
+        let _ = writeln!(s, "\nDeterminism: {tier}");
+    }
     if surface.privileged {
         let _ = writeln!(s, "\nPrivileged: yes");
     }

@@ -604,3 +604,48 @@ capabilities:
         text(&out)
     );
 }
+
+/// A determinism tier is a promise the lock keeps: trading `read-only` for a less trusting
+/// tier (or dropping it) stops for approval; trading it for a more trusting one does not.
+#[test]
+fn a_less_trusting_determinism_tier_stops_for_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let kit = |tier: Option<&str>| {
+        let tier = tier.map_or(String::new(), |t| {
+            format!("  - type: dev.capgate/determinism@1\n    config: {{tier: {t}}}\n")
+        });
+        std::fs::write(dir.path().join("kit.yaml"), format!("{WORKLOAD}{tier}")).unwrap();
+    };
+    kit(Some("side-effect"));
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lock = std::fs::read_to_string(dir.path().join("capgate.lock")).unwrap();
+    assert!(lock.contains(r#""determinism": "side-effect""#), "{lock}");
+
+    for (tier, shown) in [
+        (Some("unrestricted"), "unrestricted"),
+        (None, "unrestricted"),
+    ] {
+        kit(tier);
+        let o = capgate(dir.path(), &["lock", "."]);
+        assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+        assert!(
+            text(&o).contains(&format!(
+                "+ determinism: tier `{shown}` (was `side-effect`)"
+            )),
+            "{}",
+            text(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("capgate.lock")).unwrap(),
+            lock,
+            "an unapproved widening leaves the lock as it was"
+        );
+    }
+    // Narrowing to read-only goes through without asking.
+    kit(Some("read-only"));
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lock = std::fs::read_to_string(dir.path().join("capgate.lock")).unwrap();
+    assert!(lock.contains(r#""determinism": "read-only""#), "{lock}");
+}

@@ -117,6 +117,7 @@ pub fn compose(contributions: &[Contribution<'_>]) -> Result<Composed, Vec<Refus
         }
     }
     let (entries, context_sources) = merge.finish(&mut problems);
+    read_only_conflicts(contributions, &entries, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -130,6 +131,37 @@ pub fn compose(contributions: &[Contribution<'_>]) -> Result<Composed, Vec<Refus
         entries,
         context_sources,
     })
+}
+
+/// A `read-only` tier (dev.capgate/determinism@1) and a host mount cannot share a sandbox:
+/// the mount is a way to change the host's files, which the tier rules out. (The network
+/// side of the tier is enforced by the rules it provisions.)
+fn read_only_conflicts(
+    contributions: &[Contribution<'_>],
+    merged: &[Entry],
+    problems: &mut Vec<Refusal>,
+) {
+    use capgate_spec::caps::pack::Tier;
+    let read_only = merged.iter().any(
+        |e| matches!(&e.capability, Some(Capability::Determinism(d)) if d.tier == Tier::ReadOnly),
+    );
+    if !read_only {
+        return;
+    }
+    for c in contributions {
+        for (path, entry) in &c.entries {
+            if let Some(Capability::HostMount(m)) = &entry.capability {
+                problems.push(Refusal::at(
+                    c.reference,
+                    path,
+                    format!(
+                        "host mount `{}` would let a read-only workload change the host's files; the composition's tier is `read-only`",
+                        m.path
+                    ),
+                ));
+            }
+        }
+    }
 }
 
 /// Where an entry comes from: a kit and the entry's path in it.
@@ -654,6 +686,8 @@ fn instance_key(capability: &Capability, entry: &Entry) -> String {
         Capability::AgentSkill(s) => keyed(KnownType::AgentSkill, s.effective_name()),
         Capability::AgentSkills(s) => keyed(KnownType::AgentSkills, &s.path),
         Capability::Port(p) => keyed(KnownType::Port, &p.key()),
+        // One tier per workload: a second, different tier collides and is refused.
+        Capability::Determinism(_) => KnownType::Determinism.name().to_owned(),
         Capability::Acp(a) => keyed(
             KnownType::Acp,
             &a.agent_name()
@@ -774,6 +808,10 @@ fn reconcile(
                 )))
             }
         }
+        (C::Determinism(x), C::Determinism(y)) if x != y => Err(Refusal::new(format!(
+            "{first} declares determinism tier `{}` and {second} tier `{}`; a workload has one tier, so one of them has to change",
+            x.tier, y.tier
+        ))),
         // Keyed on the whole config (usb-device, config-less types): equal by construction.
         _ if a == b => Ok(None),
         _ => Err(different(a.known_type().to_string())),

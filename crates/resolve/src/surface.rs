@@ -5,6 +5,7 @@
 use capgate_spec::canonical;
 use capgate_spec::caps::agent::SkillsMode;
 use capgate_spec::caps::network::{HostEntry, NetworkPolicy};
+use capgate_spec::caps::pack::Tier;
 use capgate_spec::caps::{Capability, KnownType, Phase};
 use capgate_spec::node::Node;
 use capgate_spec::{Descriptor, Entry};
@@ -70,6 +71,10 @@ pub struct Surface {
     pub services: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_mount_paths: Vec<String>,
+    /// capgate's own: the determinism tier (`dev.capgate/determinism@1`), when one is
+    /// declared. No tier binds like `unrestricted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub determinism: Option<Tier>,
 }
 
 /// The surface of a descriptor's declarations: ordinary entries and every group member (a
@@ -100,7 +105,7 @@ impl Surface {
 
     /// Whether the surface grants nothing (it serializes as `{}`).
     pub fn is_empty(&self) -> bool {
-        !self.privileged && self.lists().iter().all(|l| l.is_empty())
+        !self.privileged && self.determinism.is_none() && self.lists().iter().all(|l| l.is_empty())
     }
 
     fn lists(&self) -> [&Vec<String>; 18] {
@@ -195,6 +200,10 @@ impl Surface {
                 if s.effective_mode() == SkillsMode::Readwrite {
                     self.skills_write_paths.push(s.path.clone());
                 }
+            }
+            // Were two tiers ever to meet here (an unmerged inventory), the wider one counts.
+            Some(Capability::Determinism(d)) => {
+                self.determinism = Some(self.determinism.map_or(d.tier, |t| t.max(d.tier)));
             }
             // privileged@1 takes no config, so nothing about it can fail to decode.
             _ if entry.known == Some(KnownType::Privileged) => self.privileged = true,

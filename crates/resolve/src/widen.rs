@@ -13,6 +13,8 @@ use std::fmt;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use capgate_spec::caps::pack::Tier;
+
 use crate::surface::Surface;
 
 /// The kind of a widening. The order of the variants is the order of the report.
@@ -38,11 +40,12 @@ pub enum Category {
     Usb,
     Privileged,
     Services,
+    Determinism,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 20] = [
+    pub const ALL: [Category; 21] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -63,6 +66,7 @@ impl Category {
         Category::Usb,
         Category::Privileged,
         Category::Services,
+        Category::Determinism,
     ];
 
     /// The stable name, e.g. `network.runtime.http.deny-removed`.
@@ -88,6 +92,7 @@ impl Category {
             Category::Usb => "usb",
             Category::Privileged => "privileged",
             Category::Services => "services",
+            Category::Determinism => "determinism",
         }
     }
 
@@ -239,6 +244,19 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
         );
     }
     report(Category::Services, missing_from(&g.services, &c.services));
+    // A tier promises; a less trusting one (or none, which binds like `unrestricted`)
+    // takes a promise back.
+    let binding = |t: Option<Tier>| t.unwrap_or(Tier::Unrestricted);
+    if binding(c.determinism) > binding(g.determinism) {
+        report(
+            Category::Determinism,
+            vec![format!(
+                "tier `{}` (was `{}`)",
+                binding(c.determinism),
+                binding(g.determinism)
+            )],
+        );
+    }
     out
 }
 
@@ -285,7 +303,7 @@ const ANY: &str = "ANY";
 /// Whether granted host `g` covers candidate host `c`: `*` and `**` cover every host;
 /// otherwise the names (see [`split_port`]) must be equal and a port-less grant covers
 /// every port while `host:port` covers only that port. Globs are never expanded.
-fn host_covers(g: &str, c: &str) -> bool {
+pub(crate) fn host_covers(g: &str, c: &str) -> bool {
     if g == "*" || g == "**" {
         return true;
     }

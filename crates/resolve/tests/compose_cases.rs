@@ -1511,3 +1511,51 @@ fn a_rich_composition_round_trips() {
         serde_json::to_value(&original).unwrap()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// capgate's determinism tier (dev.capgate/determinism@1).
+
+fn tier(t: &str) -> String {
+    format!("{{type: dev.capgate/determinism@1, config: {{tier: {t}}}}}")
+}
+
+#[test]
+fn one_determinism_tier_per_workload() {
+    // The same tier twice collapses into one entry.
+    let c = composed(&[
+        ("pack", workload(&[tier("read-only")])),
+        ("helper", mixin(&[tier("read-only")])),
+    ]);
+    let tiers: Vec<&Entry> = c
+        .entries
+        .iter()
+        .filter(|e| e.type_name == "dev.capgate/determinism@1")
+        .collect();
+    assert_eq!(tiers.len(), 1, "{:#?}", c.entries);
+    assert_eq!(config(tiers[0]), json!({"tier": "read-only"}));
+
+    // A mixin that would make a read-only workload side-effecting is refused, naming both.
+    let problems = refused(&[
+        ("pack", workload(&[tier("read-only")])),
+        ("poster", mixin(&[tier("side-effect")])),
+    ]);
+    assert_has(
+        &problems,
+        &["pack", "poster", "`read-only`", "`side-effect`", "one tier"],
+    );
+}
+
+#[test]
+fn a_read_only_tier_refuses_a_host_mount_from_any_kit() {
+    let problems = refused(&[
+        ("pack", workload(&[tier("read-only")])),
+        ("data", mixin(&[cap("host-mount@1", "{path: /data}")])),
+    ]);
+    assert_has(&problems, &["data", "host mount `/data`", "read-only"]);
+    // Its twin: the same mount beside a side-effect tier composes.
+    let c = composed(&[
+        ("pack", workload(&[tier("side-effect")])),
+        ("data", mixin(&[cap("host-mount@1", "{path: /data}")])),
+    ]);
+    assert_eq!(of_type(&c, "host-mount@1").len(), 1);
+}

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use capgate_resolve::widen::{Category, Widening, diff_widenings};
 use capgate_resolve::{Surface, surface_of};
 use capgate_spec::Descriptor;
+use capgate_spec::caps::pack::Tier;
 use proptest::prelude::*;
 
 /// Deleting case folders must fail the suite.
@@ -195,6 +196,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
             any::<bool>(),
             pick(TYPES),
             pick(PATHS),
+            proptest::option::of(proptest::sample::select(Tier::ALL.to_vec())),
         ),
     )
         .prop_map(|(n, o)| {
@@ -218,6 +220,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
                 privileged: o.8,
                 services: o.9,
                 host_mount_paths: o.10,
+                determinism: o.11,
             };
             s.normalize();
             s
@@ -419,7 +422,29 @@ proptest! {
                     | Category::NetworkRuntimeHttpDenyRemoved
                     | Category::Privileged
             );
+            if x.category == Category::Determinism {
+                let tier = b.determinism.unwrap_or(Tier::Unrestricted);
+                prop_assert!(x.detail.starts_with(&format!("tier `{tier}`")), "{x}");
+                continue;
+            }
             prop_assert!(removed || stated.contains(&x.detail), "{x}");
         }
+    }
+
+    /// Trading a tier for a less trusting one (or for none) takes a promise back and asks;
+    /// trading it for a more trusting one never does.
+    #[test]
+    fn a_less_trusting_tier_is_a_widening(
+        s in any_surface(),
+        from in proptest::option::of(proptest::sample::select(Tier::ALL.to_vec())),
+        to in proptest::option::of(proptest::sample::select(Tier::ALL.to_vec())),
+    ) {
+        let (mut granted, mut candidate) = (s.clone(), s);
+        granted.determinism = from;
+        candidate.determinism = to;
+        let binding = |t: Option<Tier>| t.unwrap_or(Tier::Unrestricted);
+        let w = diff_widenings(&granted, &candidate);
+        let reported = w.iter().any(|x| x.category == Category::Determinism);
+        prop_assert_eq!(reported, binding(to) > binding(from), "{:?} -> {:?}: {:?}", from, to, w);
     }
 }

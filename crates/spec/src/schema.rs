@@ -8,7 +8,7 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
-use crate::caps::{KnownType, agent, credential, lifecycle, network, ssh_agent, storage};
+use crate::caps::{KnownType, agent, credential, lifecycle, network, pack, ssh_agent, storage};
 
 const TYPE_PATTERN: &str =
     "^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[a-z0-9]([a-z0-9-]*[a-z0-9])?@[1-9][0-9]*$";
@@ -50,6 +50,7 @@ fn config_schema(t: KnownType, generator: &mut SchemaGenerator) -> Option<Value>
         KnownType::AgentSkills => of::<agent::AgentSkills>(generator),
         KnownType::AgentSkill => of::<agent::AgentSkill>(generator),
         KnownType::Acp => of::<agent::Acp>(generator),
+        KnownType::Determinism => of::<pack::Determinism>(generator),
         KnownType::Privileged
         | KnownType::LongRunning
         | KnownType::GitIdentity

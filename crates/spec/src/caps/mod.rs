@@ -10,6 +10,7 @@ pub mod agent;
 pub mod credential;
 pub mod lifecycle;
 pub mod network;
+pub mod pack;
 pub mod ssh_agent;
 pub mod storage;
 
@@ -22,6 +23,9 @@ use crate::read::Cx;
 
 /// The namespace of the well-known types.
 pub const SANDBOX_NAMESPACE: &str = "com.docker.sandbox";
+
+/// The namespace of capgate's own types (the pack model, see [`pack`]).
+pub const CAPGATE_NAMESPACE: &str = "dev.capgate";
 
 /// Checks the capability type grammar of spec §1.7:
 /// `^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[a-z0-9]([a-z0-9-]*[a-z0-9])?@[1-9][0-9]*$`.
@@ -98,7 +102,7 @@ impl fmt::Display for Phase {
     }
 }
 
-/// The well-known capability types (spec §2).
+/// The well-known capability types (spec §2), and capgate's own (namespace `dev.capgate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum KnownType {
     NetworkPolicyV1,
@@ -122,10 +126,11 @@ pub enum KnownType {
     KitRegistry,
     Sbx,
     Acp,
+    Determinism,
 }
 
 impl KnownType {
-    pub const ALL: [KnownType; 21] = [
+    pub const ALL: [KnownType; 22] = [
         KnownType::NetworkPolicyV1,
         KnownType::NetworkPolicyV2,
         KnownType::Credential,
@@ -147,6 +152,7 @@ impl KnownType {
         KnownType::KitRegistry,
         KnownType::Sbx,
         KnownType::Acp,
+        KnownType::Determinism,
     ];
 
     /// The full type string, e.g. `com.docker.sandbox/network-policy@2`.
@@ -175,6 +181,7 @@ impl KnownType {
             KnownType::KitRegistry => "com.docker.sandbox/kit-registry@1",
             KnownType::Sbx => "com.docker.sandbox/sbx@1",
             KnownType::Acp => "com.docker.sandbox/acp@1",
+            KnownType::Determinism => "dev.capgate/determinism@1",
         }
     }
 
@@ -210,6 +217,7 @@ impl KnownType {
                 | KnownType::GitIdentity
                 | KnownType::KitRegistry
                 | KnownType::Sbx
+                | KnownType::Determinism
         )
     }
 
@@ -249,6 +257,7 @@ pub enum Capability {
     KitRegistry,
     Sbx,
     Acp(agent::Acp),
+    Determinism(pack::Determinism),
 }
 
 impl Capability {
@@ -279,6 +288,7 @@ impl Capability {
             Capability::KitRegistry => KnownType::KitRegistry,
             Capability::Sbx => KnownType::Sbx,
             Capability::Acp(_) => KnownType::Acp,
+            Capability::Determinism(_) => KnownType::Determinism,
         }
     }
 
@@ -301,6 +311,7 @@ impl Capability {
             Capability::AgentSkills(c) => serde_json::to_value(c)?,
             Capability::AgentSkill(c) => serde_json::to_value(c)?,
             Capability::Acp(c) => serde_json::to_value(c)?,
+            Capability::Determinism(c) => serde_json::to_value(c)?,
             Capability::Privileged
             | Capability::LongRunning
             | Capability::GitIdentity
@@ -371,6 +382,9 @@ fn decode_node(cx: &mut Cx<'_>, ty: KnownType, node: &Node, path: &Path) -> Opti
         KnownType::AgentSkills => Capability::AgentSkills(agent::decode_skills(cx, node, path)?),
         KnownType::AgentSkill => Capability::AgentSkill(agent::decode_skill(cx, node, path)?),
         KnownType::Acp => Capability::Acp(agent::decode_acp(cx, node, path)?),
+        KnownType::Determinism => {
+            Capability::Determinism(pack::decode_determinism(cx, node, path)?)
+        }
         KnownType::Privileged => Capability::Privileged,
         KnownType::LongRunning => Capability::LongRunning,
         KnownType::GitIdentity => Capability::GitIdentity,
