@@ -875,10 +875,14 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
             .or_insert(0u32) += 1;
     }
     for ((what, reason, rule), count) in shown.iter().take(20) {
-        let rule = rule
-            .as_deref()
-            .map(|r| format!(" (rule {r})"))
-            .unwrap_or_default();
+        // Named as `capgate policy ls` shows it; the id alone once the rule is gone.
+        let rule = match rule.as_deref() {
+            Some(id) => match store.rule(id)? {
+                Some(r) => format!(" (rule {})", printable(&r.name)),
+                None => format!(" (rule {id})"),
+            },
+            None => String::new(),
+        };
         let times = if *count > 1 {
             format!(" ×{count}")
         } else {

@@ -7,6 +7,7 @@ use capgate_policy::store::{SandboxGrants, SandboxRecord};
 use capgate_resolve::Plan;
 use capgate_spec::caps::Capability;
 use capgate_spec::caps::network::NetworkPolicy;
+use capgate_spec::caps::pack::Tier;
 use serde::Serialize;
 
 use crate::kits::{self, read_kits};
@@ -55,6 +56,22 @@ pub fn network_policy(plan: &Plan) -> Option<&NetworkPolicy> {
             Some(Capability::NetworkPolicy(p)) => Some(p),
             _ => None,
         })
+}
+
+/// The composition's determinism tier (`dev.capgate/determinism@1`), if it states one.
+pub fn determinism_tier(plan: &Plan) -> Option<Tier> {
+    plan.composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Determinism(d)) => Some(d.tier),
+            _ => None,
+        })
+}
+
+/// The rules a composition provisions for sandbox `name`.
+pub fn kit_rules(name: &str, plan: &Plan) -> Vec<capgate_policy::store::NewRule> {
+    capgate_policy::provision::kit_rules(name, network_policy(plan), determinism_tier(plan))
 }
 
 /// The credential services a composition declares.
@@ -134,7 +151,7 @@ pub fn provision(
     };
     // Rules the store would refuse stop everything before anything is written: no lock,
     // no composition (whose credential routes the gateway follows), no sentinels.
-    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan));
+    let rules = kit_rules(&args.name, &plan);
     for rule in &rules {
         rule.validate()?;
     }
@@ -180,7 +197,7 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let rules = capgate_policy::provision::kit_rules(&args.name, network_policy(&plan)).len();
+    let rules = kit_rules(&args.name, &plan).len();
     if args.json {
         let body = Created {
             name: &args.name,

@@ -980,3 +980,85 @@ fn a_terminated_run_still_cleans_up() {
         out(&ls)
     );
 }
+
+/// A read-only pack (`dev.capgate/determinism@1`) in a real sandbox: curl and python read
+/// from an allowed host (also over intercepted HTTPS), every changing request is answered
+/// 403 naming the tier's rule and never reaches the upstream, and `--fail-on-violation`
+/// turns the refusals into exit 3. The kit's own lint error is the same finding.
+#[test]
+fn a_read_only_pack_reads_and_is_refused_every_change() {
+    let env = setup();
+    let up_ca = CertificateAuthority::load_or_create(&env.path("upstream-ca")).unwrap();
+    let (plain, plain_seen) = http_upstream();
+    let (api, api_seen) = https_upstream(&up_ca, "api.test");
+    std::fs::create_dir_all(env.path("pack")).unwrap();
+    std::fs::write(
+        env.path("pack/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/determinism@1\n    config: {tier: read-only}\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [plain.test, api.test]}}\n",
+    )
+    .unwrap();
+    let script = format!(
+        r#"
+c() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 "$@"; }}
+echo "get=$(c http://plain.test:{plain}/read)"
+echo "get_tls=$(c https://api.test:{api}/read)"
+echo "post=$(curl -s --max-time 10 -d x=1 http://plain.test:{plain}/write | grep -o 'reason: [a-z_]*')"
+echo "delete_tls=$(c -X DELETE https://api.test:{api}/write)"
+echo "python_post=$(python3 -c '
+import urllib.request as u, urllib.error as e
+try:
+    u.urlopen(u.Request("http://plain.test:{plain}/write", data=b"x=1"))
+except e.HTTPError as err:
+    print(err.code, err.headers.get("X-Capgate-Reason"))
+' 2>&1)"
+"#
+    );
+    std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
+    let upstream_ca = env.path("upstream-ca/ca.pem");
+    let o = env.capgate(
+        &[
+            "run",
+            "--fail-on-violation",
+            "--kit",
+            env.path("pack").to_str().unwrap(),
+            "--upstream-ca",
+            upstream_ca.to_str().unwrap(),
+            "--dangerously-resolve",
+            "plain.test=127.0.0.1",
+            "--dangerously-resolve",
+            "api.test=127.0.0.1",
+            "--",
+            "sh",
+            "probe.sh",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(3), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| {
+        assert_eq!(
+            p.get(k).map(String::as_str),
+            Some(v),
+            "{k} in:\n{stdout}\n{stderr}"
+        )
+    };
+    expect("get", "200");
+    expect("get_tls", "200");
+    expect("post", "reason: denied_by_rule");
+    expect("delete_tls", "403");
+    expect("python_post", "403 denied_by_rule");
+    assert!(
+        stderr.contains("kit:") && stderr.contains(":read-only"),
+        "{stderr}"
+    );
+    let paths = |seen: &Seen| -> Vec<String> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|h| h.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    assert_eq!(paths(&plain_seen), ["GET /read"]);
+    assert_eq!(paths(&api_seen), ["GET /read"]);
+}

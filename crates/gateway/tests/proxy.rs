@@ -252,30 +252,16 @@ fn rule(
     methods: Option<Vec<Method>>,
     paths: Option<Vec<&str>>,
 ) -> Rule {
-    let n = NewRule::provisioned(
+    let mut n = NewRule::provisioned(
         format!("kit:t:{id}"),
         "t",
         decision,
         resources.iter().map(|s| (*s).to_owned()).collect(),
         Protocol::Any,
     );
-    Rule {
-        id: id.to_owned(),
-        name: n.name,
-        scope: Scope::Sandbox("t".into()),
-        resource_type: n.resource_type,
-        decision,
-        resources: n.resources,
-        methods,
-        paths: paths.map(|p| p.into_iter().map(str::to_owned).collect()),
-        protocol: Protocol::Any,
-        phase: None,
-        source: n.source,
-        created_via: n.created_via,
-        editable: false,
-        active: true,
-        created_at: "2026-11-30T00:00:00.000Z".into(),
-    }
+    n.methods = methods;
+    n.paths = paths.map(|p| p.into_iter().map(str::to_owned).collect());
+    stored(id, n)
 }
 
 /// Upstreams: `plain.test` (HTTP), `api.test`, `other.test`, `secure.test` (HTTPS), and
@@ -2095,4 +2081,93 @@ async fn a_user_rule_opens_an_address_only_in_its_phase_and_while_it_lasts() {
     h.policy.replace(Matcher::compile(&[everything]));
     let out = raw_exchange(&h, get.as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+}
+
+/// The rule a provisioned rule becomes in the store, as the gateway's matcher sees it.
+fn stored(id: &str, n: NewRule) -> Rule {
+    Rule {
+        id: id.to_owned(),
+        name: n.name,
+        scope: Scope::Sandbox("t".into()),
+        resource_type: n.resource_type,
+        decision: n.decision,
+        resources: n.resources,
+        methods: n.methods,
+        paths: n.paths,
+        protocol: n.protocol,
+        phase: n.phase,
+        source: n.source,
+        created_via: n.created_via,
+        editable: n.editable,
+        active: true,
+        created_at: "2026-11-30T00:00:00.000Z".into(),
+    }
+}
+
+/// A `read-only` determinism tier: what other rules allow is still read (GET, inspected),
+/// but no changing request leaves, over HTTP or intercepted HTTPS, and nothing passes
+/// uninspected (SOCKS). The twin without the tier posts freely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_tier_lets_reads_out_and_refuses_changes() {
+    use capgate_spec::caps::pack::Tier;
+    let extra: Vec<Rule> = capgate_policy::provision::kit_rules("t", None, Some(Tier::ReadOnly))
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| stored(&format!("ro{i}"), n))
+        .collect();
+    assert_eq!(extra.len(), 1);
+    let h = harness_full(false, false, Limits::default(), extra).await;
+    for scheme in ["http", "https"] {
+        let host = if scheme == "http" {
+            "plain.test"
+        } else {
+            "secure.test"
+        };
+        let (code, out) = curl(&h, &[&url(&h, scheme, host, "/read")]).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains(&format!("hello from {host}")), "{out}");
+        for method in ["POST", "PUT", "DELETE"] {
+            let (_, out) = curl(
+                &h,
+                &[
+                    "-i",
+                    "-X",
+                    method,
+                    "-d",
+                    "x=1",
+                    &url(&h, scheme, host, "/write"),
+                ],
+            )
+            .await;
+            assert!(
+                out.contains("403 Forbidden")
+                    && out.contains("X-Capgate-Reason: denied_by_rule")
+                    && out.contains("kit:t:read-only"),
+                "{scheme} {method}: {out}"
+            );
+        }
+        let requests = h.seen[host].lock().unwrap().requests.join("\n");
+        assert!(requests.contains("GET /read"), "{requests}");
+        assert!(!requests.contains("/write"), "{requests}");
+    }
+    // Opaque traffic cannot be held to reading: SOCKS to an allowed host is refused.
+    let (code, out) = curl_socks(&h, &url(&h, "https", "other.test", "/socks")).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(h.seen["other.test"].lock().unwrap().requests.is_empty());
+
+    // The twin: the same rules without the tier.
+    let h = harness(false).await;
+    let (code, out) = curl(
+        &h,
+        &[
+            "-X",
+            "POST",
+            "-d",
+            "x=1",
+            &url(&h, "https", "secure.test", "/write"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from secure.test"), "{out}");
 }

@@ -2,27 +2,94 @@
 //! provisions them: visible to the user, not editable, replaced as a whole when the sandbox
 //! is created again.
 
-use capgate_spec::caps::network::{HostEntry, NetworkPolicy, PhaseRules};
+use capgate_spec::caps::network::{HostEntry, Method, NetworkPolicy, PhaseRules};
+use capgate_spec::caps::pack::Tier;
 
 use crate::rule::{Decision, Phase, Protocol};
 use crate::store::NewRule;
+
+/// The methods a `read-only` workload may send: they read, never change (RFC 9110 §9.2.1).
+pub const READ_ONLY_METHODS: [Method; 3] = [Method::Get, Method::Head, Method::Options];
+
+/// The methods refused to a `read-only` workload on every host, whatever else allows them.
+const CHANGING_METHODS: [Method; 5] = [
+    Method::Post,
+    Method::Put,
+    Method::Patch,
+    Method::Delete,
+    Method::Trace,
+];
 
 /// The rules a sandbox's merged network policy provisions, in a stable order: per phase,
 /// the unbounded allow (`kit:NAME`), the unbounded deny (`kit:NAME:deny`), then one rule per
 /// bounded entry (`kit:NAME:http`, `kit:NAME:http:deny`); install-phase names carry
 /// `:install` (`kit:NAME:install`, …). Unbounded entries grant any protocol; bounded ones
 /// speak only about HTTP requests.
-pub fn kit_rules(sandbox: &str, policy: Option<&NetworkPolicy>) -> Vec<NewRule> {
-    let Some(policy) = policy else {
-        return Vec::new();
-    };
+///
+/// A `read-only` tier (`dev.capgate/determinism@1`) holds the workload to reading: its
+/// runtime allows are bounded to [`READ_ONLY_METHODS`] (an allow that names none of them
+/// grants nothing), and one more rule, `kit:NAME:read-only`, refuses the changing methods
+/// on every host, so that no other rule (a preset, a user's allow) lets one through. Being
+/// bounded on every host, it also makes the gateway inspect all runtime traffic: opaque
+/// tunnels and SOCKS are refused (`inspection_required`). Install hooks are set-up, not the
+/// workload's behaviour, and keep their grants.
+pub fn kit_rules(
+    sandbox: &str,
+    policy: Option<&NetworkPolicy>,
+    tier: Option<Tier>,
+) -> Vec<NewRule> {
     let mut out = Vec::new();
-    for phase in [Phase::Runtime, Phase::Install] {
-        if let Some(rules) = policy.phase(phase) {
-            phase_rules(sandbox, phase, rules, &mut out);
+    let read_only = tier == Some(Tier::ReadOnly);
+    if let Some(policy) = policy {
+        for phase in [Phase::Runtime, Phase::Install] {
+            match policy.phase(phase) {
+                Some(rules) if read_only && phase == Phase::Runtime => {
+                    phase_rules(sandbox, phase, &reading_only(rules), &mut out);
+                }
+                Some(rules) => phase_rules(sandbox, phase, rules, &mut out),
+                None => {}
+            }
         }
     }
+    if read_only {
+        let mut rule = NewRule::provisioned(
+            format!("kit:{sandbox}:read-only"),
+            sandbox,
+            Decision::Deny,
+            vec!["**".to_owned()],
+            Protocol::Tcp,
+        );
+        rule.methods = Some(CHANGING_METHODS.to_vec());
+        rule.phase = Some(Phase::Runtime);
+        out.push(rule);
+    }
     out
+}
+
+/// `rules` with every allow bounded to the reading methods; denies are kept as written.
+fn reading_only(rules: &PhaseRules) -> PhaseRules {
+    let allow = rules
+        .allow
+        .iter()
+        .filter_map(|entry| {
+            let methods: Vec<Method> = match entry.methods_or_any().as_slice() {
+                [Method::Any] => READ_ONLY_METHODS.to_vec(),
+                asked => READ_ONLY_METHODS
+                    .into_iter()
+                    .filter(|m| asked.contains(m))
+                    .collect(),
+            };
+            (!methods.is_empty()).then(|| HostEntry {
+                hosts: entry.hosts.clone(),
+                methods: Some(methods),
+                paths: entry.paths.clone(),
+            })
+        })
+        .collect();
+    PhaseRules {
+        allow,
+        deny: rules.deny.clone(),
+    }
 }
 
 fn phase_rules(sandbox: &str, phase: Phase, rules: &PhaseRules, out: &mut Vec<NewRule>) {
@@ -112,6 +179,7 @@ mod tests {
         let rules = kit_rules(
             "m101-kit",
             Some(&policy("      runtime:\n        allow: [example.com]\n")),
+            None,
         );
         assert_eq!(rules.len(), 1);
         let r = &rules[0];
@@ -127,7 +195,7 @@ mod tests {
         let p = policy(
             "      install:\n        allow: [registry.npmjs.org]\n      runtime:\n        allow:\n          - api.example.com\n          - {hosts: [git.example.com], methods: [GET], paths: [\"/repos/**\"]}\n        deny:\n          - telemetry.example.com\n          - {hosts: [api.example.com], methods: [DELETE]}\n",
         );
-        let rules = kit_rules("s", Some(&p));
+        let rules = kit_rules("s", Some(&p), None);
         let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
@@ -142,5 +210,68 @@ mod tests {
         assert_eq!(rules[2].paths, Some(vec!["/repos/**".to_owned()]));
         assert_eq!(rules[3].methods.as_ref().map(Vec::len), Some(1));
         assert_eq!(rules[4].phase, Some(Phase::Install));
+    }
+
+    #[test]
+    fn a_read_only_tier_bounds_runtime_allows_to_reading_and_refuses_changes_everywhere() {
+        let p = policy(
+            "      install:\n        allow: [registry.npmjs.org]\n      runtime:\n        allow:\n          - api.example.com\n          - {hosts: [git.example.com], methods: [GET, POST], paths: [\"/repos/**\"]}\n          - {hosts: [hooks.example.com], methods: [POST]}\n        deny: [telemetry.example.com]\n",
+        );
+        let rules = kit_rules("s", Some(&p), Some(Tier::ReadOnly));
+        type Shape = (String, Decision, Option<Vec<Method>>, Option<Phase>);
+        let summary: Vec<Shape> = rules
+            .iter()
+            .map(|r| (r.name.clone(), r.decision, r.methods.clone(), r.phase))
+            .collect();
+        let reading = Some(READ_ONLY_METHODS.to_vec());
+        assert_eq!(
+            summary,
+            [
+                // The unbounded allow is now bounded: it no longer grants opaque traffic.
+                (
+                    "kit:s:deny".to_owned(),
+                    Decision::Deny,
+                    None,
+                    Some(Phase::Runtime)
+                ),
+                (
+                    "kit:s:http".to_owned(),
+                    Decision::Allow,
+                    reading,
+                    Some(Phase::Runtime)
+                ),
+                (
+                    "kit:s:http".to_owned(),
+                    Decision::Allow,
+                    Some(vec![Method::Get]),
+                    Some(Phase::Runtime)
+                ),
+                // hooks.example.com asked for POST only: nothing of it is left.
+                (
+                    "kit:s:install".to_owned(),
+                    Decision::Allow,
+                    None,
+                    Some(Phase::Install)
+                ),
+                (
+                    "kit:s:read-only".to_owned(),
+                    Decision::Deny,
+                    Some(CHANGING_METHODS.to_vec()),
+                    Some(Phase::Runtime)
+                ),
+            ]
+        );
+        assert_eq!(rules[2].paths, Some(vec!["/repos/**".to_owned()]));
+        assert_eq!(rules[4].resources, vec!["**".to_owned()]);
+        for rule in &rules {
+            rule.validate().unwrap();
+        }
+        // Without a network policy the refusal still stands; other tiers add nothing.
+        assert_eq!(kit_rules("s", None, Some(Tier::ReadOnly)).len(), 1);
+        assert!(kit_rules("s", None, Some(Tier::SideEffect)).is_empty());
+        assert_eq!(
+            kit_rules("s", Some(&p), Some(Tier::Unrestricted)),
+            kit_rules("s", Some(&p), None)
+        );
     }
 }
