@@ -51,6 +51,19 @@ enum Command {
     /// holding `kit.yaml`, a `<stem>.yaml` beside `<stem>.dockerfile`, or
     /// `<directory-name>.yaml`. Problems are printed as `file:line:col: path: message`.
     Validate(validate::Args),
+    /// Check that valid kits say what their authors mean (exit 0: no errors, 1: errors).
+    ///
+    /// Checks, each with a code: `wildcard-host` (an allow with `*`), `address-host` (an
+    /// allowed IP address or network instead of a name), `shadowed-allow` (an allow a deny of
+    /// the same kit and phase overrides), `tier-mismatch` (grants that contradict the
+    /// `dev.capgate/determinism@1` tier: changing HTTP methods or a host mount in a
+    /// `read-only` workload, every host without `unrestricted`), `unused-install-grant`
+    /// (install-phase grants in a workload that runs no install hook). Findings are
+    /// warnings; `--strict` makes `wildcard-host` and `tier-mismatch` errors, and a read-only
+    /// grant of changing methods only is always an error. An invalid kit reports its
+    /// validation problems (check `invalid`). Printed as `file:line:col: error[check]:
+    /// path: message`, then `N errors · M warnings`.
+    Lint(validate::LintArgs),
     /// Compose a workload with its mixins and print the merged grant set.
     ///
     /// The kits are resolved (exactly one workload, one provider per name, one owner per
@@ -131,6 +144,7 @@ fn main() -> ExitCode {
     harden_process();
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
+        Command::Lint(args) => validate::lint(&args),
         Command::Resolve(args) => resolve::run(&args),
         Command::Lock(args) => lock::run(&args),
         Command::Run(args) => run::run(&args),

@@ -36,6 +36,9 @@ pub struct Args {
 #[derive(Debug, Serialize)]
 struct Problem {
     file: String,
+    /// The lint check (`capgate lint` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check: Option<&'static str>,
     severity: &'static str,
     path: String,
     line: Option<u32>,
@@ -60,6 +63,81 @@ struct Report {
     problems: Vec<Problem>,
 }
 
+impl FileReport {
+    fn unreadable(file: &str) -> FileReport {
+        FileReport {
+            file: file.to_owned(),
+            valid: false,
+            kind: None,
+            capabilities: None,
+        }
+    }
+}
+
+impl Problem {
+    /// A problem with the whole file (it cannot be found or read).
+    fn whole_file(file: String, message: String) -> Problem {
+        Problem {
+            file,
+            check: None,
+            severity: "error",
+            path: String::new(),
+            line: None,
+            column: None,
+            message,
+        }
+    }
+
+    fn of_diagnostic(file: &str, d: &capgate_spec::Diagnostic) -> Problem {
+        Problem {
+            file: file.to_owned(),
+            check: None,
+            severity: if d.is_error() { "error" } else { "warning" },
+            path: d.path.to_string(),
+            line: d.pos.is_known().then_some(d.pos.line),
+            column: d.pos.is_known().then_some(d.pos.column),
+            message: d.message.clone(),
+        }
+    }
+
+    /// `file:line:col: [severity: ]path: message`, kit text spelled out. `check` names the
+    /// lint check beside the severity (`error[wildcard-host]`).
+    fn render(&self) -> String {
+        let at = match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file),
+            _ => self.file.clone(),
+        };
+        let severity = match (self.check, self.severity) {
+            (Some(check), s) => format!("{s}[{check}]: "),
+            (None, "warning") => "warning: ".to_owned(),
+            (None, _) => String::new(),
+        };
+        let path = if self.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", printable(&self.path))
+        };
+        format!("{at}: {severity}{path}{}", printable(&self.message))
+    }
+}
+
+/// Finds and reads one descriptor: its shown name and what loading made of it.
+fn read_descriptor(
+    reference: &std::path::Path,
+    opts: &Options,
+) -> Result<(String, capgate_spec::Loaded), Problem> {
+    let file = kitref::descriptor_path(reference)
+        .map_err(|e| Problem::whole_file(reference.display().to_string(), format!("{e:#}")))?;
+    let name = file.display().to_string();
+    match crate::state::read_kit_file(&file) {
+        Ok(bytes) => Ok((name, load(&bytes, opts))),
+        Err(e) => Err(Problem::whole_file(
+            name,
+            format!("cannot read the file: {e}"),
+        )),
+    }
+}
+
 /// Judges the effective form of a valid authored kit; returns whether it is valid.
 fn effective_problems(
     loaded: &capgate_spec::Loaded,
@@ -81,6 +159,7 @@ fn effective_problems(
         .collect();
     let problem = |path: String, line: Option<u32>, column: Option<u32>, message: String| Problem {
         file: file.to_owned(),
+        check: None,
         severity: "error",
         path,
         line,
@@ -124,47 +203,12 @@ pub fn run(args: &Args) -> Result<u8> {
         problems: Vec::new(),
     };
     for reference in &args.paths {
-        let file = match kitref::descriptor_path(reference) {
-            Ok(f) => f,
-            Err(e) => {
+        let (name, loaded) = match read_descriptor(reference, &opts) {
+            Ok(read) => read,
+            Err(problem) => {
                 report.valid = false;
-                let name = reference.display().to_string();
-                report.problems.push(Problem {
-                    file: name.clone(),
-                    severity: "error",
-                    path: String::new(),
-                    line: None,
-                    column: None,
-                    message: format!("{e:#}"),
-                });
-                report.files.push(FileReport {
-                    file: name,
-                    valid: false,
-                    kind: None,
-                    capabilities: None,
-                });
-                continue;
-            }
-        };
-        let name = file.display().to_string();
-        let loaded = match crate::state::read_kit_file(&file) {
-            Ok(bytes) => load(&bytes, &opts),
-            Err(e) => {
-                report.valid = false;
-                report.problems.push(Problem {
-                    file: name.clone(),
-                    severity: "error",
-                    path: String::new(),
-                    line: None,
-                    column: None,
-                    message: format!("cannot read the file: {e}"),
-                });
-                report.files.push(FileReport {
-                    file: name,
-                    valid: false,
-                    kind: None,
-                    capabilities: None,
-                });
+                report.files.push(FileReport::unreadable(&problem.file));
+                report.problems.push(problem);
                 continue;
             }
         };
@@ -174,14 +218,7 @@ pub fn run(args: &Args) -> Result<u8> {
         }
         report.valid &= valid;
         for d in loaded.diagnostics.iter() {
-            report.problems.push(Problem {
-                file: name.clone(),
-                severity: if d.is_error() { "error" } else { "warning" },
-                path: d.path.to_string(),
-                line: d.pos.is_known().then_some(d.pos.line),
-                column: d.pos.is_known().then_some(d.pos.column),
-                message: d.message.clone(),
-            });
+            report.problems.push(Problem::of_diagnostic(&name, d));
         }
         report.files.push(FileReport {
             file: name,
@@ -199,21 +236,7 @@ pub fn run(args: &Args) -> Result<u8> {
         writeln!(out)?;
     } else {
         for p in &report.problems {
-            let at = match (p.line, p.column) {
-                (Some(l), Some(c)) => format!("{}:{l}:{c}", p.file),
-                _ => p.file.clone(),
-            };
-            let severity = if p.severity == "warning" {
-                "warning: "
-            } else {
-                ""
-            };
-            let path = if p.path.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", printable(&p.path))
-            };
-            writeln!(out, "{at}: {severity}{path}{}", printable(&p.message))?;
+            writeln!(out, "{}", p.render())?;
         }
         for f in &report.files {
             if f.valid {
@@ -245,4 +268,93 @@ pub fn run(args: &Args) -> Result<u8> {
     } else {
         exit::INVALID
     })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LintArgs {
+    /// Descriptor files or kit directories.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Fail on what a careful reviewer would refuse: wildcard hosts and determinism tier
+    /// mismatches become errors.
+    #[arg(long)]
+    strict: bool,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct LintReport {
+    /// No errors (warnings do not fail a lint).
+    ok: bool,
+    strict: bool,
+    errors: usize,
+    warnings: usize,
+    findings: Vec<Problem>,
+}
+
+/// `capgate lint`: validity first (an invalid kit reports its problems as `invalid`), then
+/// the coherence checks of [`capgate_resolve::lint`].
+pub fn lint(args: &LintArgs) -> Result<u8> {
+    let opts = Options::default();
+    let mut findings = Vec::new();
+    for reference in &args.paths {
+        let (name, loaded) = match read_descriptor(reference, &opts) {
+            Ok(read) => read,
+            Err(mut problem) => {
+                problem.check = Some("invalid");
+                findings.push(problem);
+                continue;
+            }
+        };
+        for d in loaded.diagnostics.iter() {
+            findings.push(Problem {
+                check: Some(if d.is_error() { "invalid" } else { "validity" }),
+                ..Problem::of_diagnostic(&name, d)
+            });
+        }
+        let Some(descriptor) = loaded.descriptor.as_ref().filter(|_| loaded.is_valid()) else {
+            continue;
+        };
+        for f in capgate_resolve::lint::lint(descriptor, args.strict) {
+            findings.push(Problem {
+                file: name.clone(),
+                check: Some(f.check.code()),
+                severity: match f.severity {
+                    capgate_spec::Severity::Error => "error",
+                    capgate_spec::Severity::Warning => "warning",
+                },
+                path: f.path.to_string(),
+                line: f.pos.is_known().then_some(f.pos.line),
+                column: f.pos.is_known().then_some(f.pos.column),
+                message: f.message,
+            });
+        }
+    }
+    let errors = findings.iter().filter(|p| p.severity == "error").count();
+    let report = LintReport {
+        ok: errors == 0,
+        strict: args.strict,
+        errors,
+        warnings: findings.len() - errors,
+        findings,
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        for p in &report.findings {
+            writeln!(out, "{}", p.render())?;
+        }
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        writeln!(
+            out,
+            "{} · {}",
+            plural(report.errors, "error"),
+            plural(report.warnings, "warning")
+        )?;
+    }
+    Ok(if report.ok { exit::OK } else { exit::INVALID })
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compose;
+pub mod lint;
 pub mod lock;
 pub mod plan;
 pub mod problem;

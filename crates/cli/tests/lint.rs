@@ -1,0 +1,152 @@
+//! `capgate lint`: coherence checks beyond validity, driven through the real binary.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn capgate(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A pack in the manner of seed 002: read-only, yet it posts to Slack and reaches any host.
+const PACK: &str = "schemaVersion: \"3\"
+kind: workload
+capabilities:
+  - type: dev.capgate/determinism@1
+    config: {tier: read-only}
+  - type: com.docker.sandbox/network-policy@2
+    config:
+      runtime:
+        allow:
+          - api.example.com
+          - {hosts: [hooks.slack.com], methods: [POST]}
+          - \"*.example.org\"
+";
+
+fn pack(dir: &Path, text: &str) -> String {
+    let p = dir.join("pack.yaml");
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn findings_name_file_line_check_and_fail_only_on_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pack(dir.path(), PACK);
+    let out = capgate(&["lint", &file]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{file}:11:13: error[tier-mismatch]: capabilities[1].config.runtime.allow[1]: a read-only workload may only read, so POST to `hooks.slack.com` is refused at run time"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{file}:12:13: warning[wildcard-host]:")),
+        "{text}"
+    );
+    assert!(text.ends_with("1 error · 1 warning\n"), "{text}");
+
+    // Its harmless twin: the same grants under the side-effect tier pass (the wildcard
+    // stays a warning), and fail again under --strict.
+    let file = pack(dir.path(), &PACK.replace("read-only", "side-effect"));
+    let out = capgate(&["lint", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).ends_with("0 errors · 1 warning\n"));
+    let out = capgate(&["lint", "--strict", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("error[wildcard-host]"));
+}
+
+#[test]
+fn json_lists_every_finding_with_its_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pack(dir.path(), PACK);
+    let out = capgate(&["lint", "--json", "--strict", &file]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["strict"], true);
+    assert_eq!(v["errors"], 2);
+    let checks: Vec<(&str, &str, u64)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["check"].as_str().unwrap(),
+                f["severity"].as_str().unwrap(),
+                f["line"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("tier-mismatch", "error", 11),
+            ("wildcard-host", "error", 12)
+        ]
+    );
+}
+
+#[test]
+fn an_invalid_kit_reports_its_problems_not_lint_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pack(dir.path(), &PACK.replace("read-only", "readonly"));
+    let out = capgate(&["lint", &file]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{file}:5:20: error[invalid]: capabilities[0].config.tier: tier `readonly` is not one of"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("wildcard-host"), "{text}");
+    let out = capgate(&["lint", "no/such/kit"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("error[invalid]"));
+}
+
+/// Every published kit of the corpus and every bundled example lints without an error;
+/// the corpus's wildcard hosts are named as warnings.
+#[test]
+fn the_corpus_and_the_examples_lint_clean() {
+    let mut paths = Vec::new();
+    for base in [
+        "crates/spec/tests/corpus/sandbox-kit-spec/examples",
+        "examples/kits",
+    ] {
+        for d in std::fs::read_dir(Path::new(ROOT).join(base)).unwrap() {
+            paths.push(format!(
+                "{base}/{}",
+                d.unwrap().file_name().to_string_lossy()
+            ));
+        }
+    }
+    assert!(paths.len() >= 25, "{paths:?}");
+    let args: Vec<&str> = std::iter::once("lint")
+        .chain(paths.iter().map(String::as_str))
+        .collect();
+    let out = capgate(&args);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("warning[wildcard-host]"), "{text}");
+    assert!(!text.contains("error["), "{text}");
+}

@@ -1,0 +1,549 @@
+//! Coherence checks beyond validity (`capgate lint`, seed 002's `pack lint`): what a valid
+//! kit states that is probably not what its author meant, or that a careful reviewer would
+//! not let through. Validity is [`capgate_spec::load`]'s judgement; lint reads only kits
+//! that passed it.
+//!
+//! Each check has a stable code and a severity; `--strict` raises the checks a reviewer
+//! would refuse (wildcard hosts, tier mismatches) from warnings to errors. Findings point at
+//! the entry (file line and column) that causes them. Entries still holding
+//! `${{ kit.args.* }}` references are not judged: their meaning is known only at create.
+
+use std::fmt;
+
+use capgate_spec::caps::network::Method;
+use capgate_spec::caps::pack::Tier;
+use capgate_spec::caps::{Capability, KnownType};
+use capgate_spec::node::{Node, Path, Pos};
+use capgate_spec::{Descriptor, Entry, Kind, Severity};
+use serde::Serialize;
+
+use crate::widen::host_covers;
+
+/// The methods that only read (RFC 9110 §9.2.1), all a `read-only` workload may send.
+const READING: [Method; 3] = [Method::Get, Method::Head, Method::Options];
+
+/// What a finding is about: a stable code per check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// An allowed host with `*` in it: every host under a name, or every host at all.
+    WildcardHost,
+    /// An allowed address or network instead of a host name.
+    AddressHost,
+    /// An allow that never takes effect because a deny of the same kit and phase covers it.
+    ShadowedAllow,
+    /// What the kit grants contradicts its determinism tier.
+    TierMismatch,
+    /// Install-phase grants in a workload that runs no install hook.
+    UnusedInstallGrant,
+}
+
+impl Check {
+    pub const ALL: [Check; 5] = [
+        Check::WildcardHost,
+        Check::AddressHost,
+        Check::ShadowedAllow,
+        Check::TierMismatch,
+        Check::UnusedInstallGrant,
+    ];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Check::WildcardHost => "wildcard-host",
+            Check::AddressHost => "address-host",
+            Check::ShadowedAllow => "shadowed-allow",
+            Check::TierMismatch => "tier-mismatch",
+            Check::UnusedInstallGrant => "unused-install-grant",
+        }
+    }
+
+    /// Whether `--strict` makes this check's warnings errors (seed 002: strict lint fails on
+    /// wildcard hosts and determinism tier mismatches).
+    pub fn strict_refuses(self) -> bool {
+        matches!(self, Check::WildcardHost | Check::TierMismatch)
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+impl Serialize for Check {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
+    }
+}
+
+/// One finding: which check, how grave, where, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub check: Check,
+    pub severity: Severity,
+    /// Field path, e.g. `capabilities[0].config.runtime.allow[1]`.
+    pub path: Path,
+    /// Line and column in the kit file, when known.
+    #[serde(skip)]
+    pub pos: Pos,
+    pub message: String,
+}
+
+/// Lints one valid descriptor. Findings come in document order.
+pub fn lint(descriptor: &Descriptor, strict: bool) -> Vec<Finding> {
+    let entries = descriptor.declared_entries();
+    let mut out = Findings {
+        strict,
+        list: Vec::new(),
+    };
+    let mut grants = Vec::new();
+    for (at, entry) in &entries {
+        if !entry.parameterized {
+            grants.extend(network_grants(at, entry));
+        }
+    }
+    let tier = entries.iter().find_map(|(_, e)| match &e.capability {
+        Some(Capability::Determinism(d)) => Some(d.tier),
+        _ => None,
+    });
+    for g in grants.iter().filter(|g| g.allow) {
+        hosts(g, &grants, &mut out);
+    }
+    if let Some(tier) = tier {
+        tier_mismatches(tier, &entries, &grants, &mut out);
+    }
+    if descriptor.kind == Kind::Workload {
+        unused_install_grants(&entries, &grants, &mut out);
+    }
+    out.list
+        .sort_by(|a, b| (a.pos, &a.path).cmp(&(b.pos, &b.path)));
+    out.list
+}
+
+struct Findings {
+    strict: bool,
+    list: Vec<Finding>,
+}
+
+impl Findings {
+    /// A finding that is a warning, or an error under `--strict` when the check says so.
+    fn warn(&mut self, check: Check, path: &Path, pos: Pos, message: String) {
+        let severity = if self.strict && check.strict_refuses() {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        self.push(check, severity, path, pos, message);
+    }
+
+    fn error(&mut self, check: Check, path: &Path, pos: Pos, message: String) {
+        self.push(check, Severity::Error, path, pos, message);
+    }
+
+    fn push(&mut self, check: Check, severity: Severity, path: &Path, pos: Pos, message: String) {
+        self.list.push(Finding {
+            check,
+            severity,
+            path: path.clone(),
+            pos,
+            message,
+        });
+    }
+}
+
+/// One network-policy entry as written: a host string or an object with hosts, methods and
+/// paths, with where it stands.
+struct Grant<'n> {
+    phase: &'static str,
+    allow: bool,
+    hosts: Vec<(&'n str, Pos)>,
+    /// `None`: unbounded.
+    methods: Option<Vec<Method>>,
+    bounded: bool,
+    path: Path,
+    pos: Pos,
+}
+
+fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
+    let is_policy = matches!(
+        entry.known,
+        Some(KnownType::NetworkPolicyV1 | KnownType::NetworkPolicyV2)
+    );
+    let Some(config) = entry.config.as_ref().filter(|_| is_policy) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for phase in ["install", "runtime"] {
+        for (list, allow) in [("allow", true), ("deny", false)] {
+            let Some(items) = config
+                .get(phase)
+                .and_then(|p| p.get(list))
+                .and_then(Node::as_seq)
+            else {
+                continue;
+            };
+            let base = Path::from(at).key("config").key(phase).key(list);
+            for (i, item) in items.iter().enumerate() {
+                let hosts: Vec<(&str, Pos)> = match item.as_str() {
+                    Some(h) => vec![(h, item.pos)],
+                    None => item
+                        .get("hosts")
+                        .and_then(Node::as_seq)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|h| Some((h.as_str()?, h.pos)))
+                        .collect(),
+                };
+                let methods = item.get("methods").and_then(Node::as_seq).map(|ms| {
+                    ms.iter()
+                        .filter_map(|m| m.as_str().and_then(Method::parse))
+                        .collect()
+                });
+                out.push(Grant {
+                    phase,
+                    allow,
+                    hosts,
+                    bounded: item.get("methods").is_some() || item.get("paths").is_some(),
+                    methods,
+                    path: base.index(i),
+                    pos: item.pos,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Wildcards, addresses, and allows a deny of the same phase overrides.
+fn hosts(g: &Grant<'_>, all: &[Grant<'_>], out: &mut Findings) {
+    for &(host, pos) in &g.hosts {
+        if host.contains('*') {
+            let name = host.split(':').next().unwrap_or(host);
+            let reach = match name {
+                "*" | "**" => "every host and every address".to_owned(),
+                _ => match (name.strip_prefix("**."), name.strip_prefix("*.")) {
+                    (Some(base), _) => format!("every host one or more labels below `{base}`"),
+                    (None, Some(base)) => format!("every host one label below `{base}`"),
+                    _ => "hosts matching the pattern".to_owned(),
+                },
+            };
+            out.warn(
+                Check::WildcardHost,
+                &g.path,
+                pos,
+                format!(
+                    "`{host}` allows {reach} in the {} phase; name the hosts the workload needs",
+                    g.phase
+                ),
+            );
+        } else if is_address(host) {
+            out.warn(
+                Check::AddressHost,
+                &g.path,
+                pos,
+                format!(
+                    "`{host}` is an address, which does not follow a service that moves, and it opens the address guard for it; name the host"
+                ),
+            );
+        }
+        let lower = host.to_ascii_lowercase();
+        if let Some((deny, deny_pos)) = all
+            .iter()
+            .filter(|d| !d.allow && !d.bounded && d.phase == g.phase)
+            .flat_map(|d| d.hosts.iter())
+            .find(|(d, _)| host_covers(&d.to_ascii_lowercase(), &lower))
+        {
+            let line = if deny_pos.is_known() {
+                format!(" (line {})", deny_pos.line)
+            } else {
+                String::new()
+            };
+            out.warn(
+                Check::ShadowedAllow,
+                &g.path,
+                pos,
+                format!(
+                    "the allow of `{host}` never takes effect: the deny of `{deny}`{line} in the {} phase wins",
+                    g.phase
+                ),
+            );
+        }
+    }
+}
+
+/// An IP address or network, with or without a port (`10.0.0.1:22`, `[::1]:443`,
+/// `2001:db8::1`, `10.0.0.0/8`).
+fn is_address(host: &str) -> bool {
+    let unbracketed = host
+        .strip_prefix('[')
+        .and_then(|h| h.split_once(']'))
+        .map_or(host, |(inner, _)| inner);
+    let without_port = if unbracketed.matches(':').count() == 1 {
+        unbracketed.split(':').next().unwrap_or(unbracketed)
+    } else {
+        unbracketed
+    };
+    let address = without_port.split('/').next().unwrap_or(without_port);
+    address.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// What contradicts the tier (seed 002: "the tier is enforced on the agent's behavior, not
+/// just its declaration").
+fn tier_mismatches(
+    tier: Tier,
+    entries: &[(String, &Entry)],
+    grants: &[Grant<'_>],
+    out: &mut Findings,
+) {
+    let runtime_allows = || grants.iter().filter(|g| g.allow && g.phase == "runtime");
+    if tier != Tier::Unrestricted {
+        for g in runtime_allows() {
+            if let Some((host, pos)) = g.hosts.iter().find(|(h, _)| matches!(*h, "*" | "**")) {
+                out.warn(
+                    Check::TierMismatch,
+                    &g.path,
+                    *pos,
+                    format!(
+                        "`{host}` allows an unknown number of hosts, which makes the workload opaque; declare the tier `unrestricted`, or name the hosts"
+                    ),
+                );
+            }
+        }
+    }
+    if tier != Tier::ReadOnly {
+        return;
+    }
+    for g in runtime_allows().filter(|g| g.bounded) {
+        let Some(methods) = &g.methods else { continue };
+        if methods.contains(&Method::Any) {
+            continue;
+        }
+        let changing: Vec<&str> = methods
+            .iter()
+            .filter(|m| !READING.contains(m))
+            .map(|m| m.as_str())
+            .collect();
+        if changing.is_empty() {
+            continue;
+        }
+        let hosts: Vec<&str> = g.hosts.iter().map(|(h, _)| *h).collect();
+        let message = format!(
+            "a read-only workload may only read, so {} to `{}` is refused at run time; declare the tier `side-effect` if the workload changes things",
+            changing.join(", "),
+            hosts.join("`, `")
+        );
+        if changing.len() == methods.len() {
+            // Nothing of the grant is left: the kit asks for what its tier rules out.
+            out.error(Check::TierMismatch, &g.path, g.pos, message);
+        } else {
+            out.warn(Check::TierMismatch, &g.path, g.pos, message);
+        }
+    }
+    for (at, entry) in entries {
+        if let Some(Capability::HostMount(m)) = &entry.capability {
+            out.error(
+                Check::TierMismatch,
+                &Path::from(at.as_str()),
+                entry.config.as_ref().map_or(Pos::UNKNOWN, |c| c.pos),
+                format!(
+                    "host mount `{}` lets a read-only workload change the host's files; declare the tier `side-effect`, or drop the mount",
+                    m.path
+                ),
+            );
+        }
+    }
+}
+
+/// A workload's install-phase grants serve its install hooks; without any, they are unused
+/// (mixins are not judged: their install grants may serve the workload's hooks).
+fn unused_install_grants(entries: &[(String, &Entry)], grants: &[Grant<'_>], out: &mut Findings) {
+    let has_install_hooks = entries.iter().any(|(_, e)| match &e.capability {
+        Some(Capability::Lifecycle(l)) => !l.install.is_empty(),
+        // A lifecycle still holding references may well have hooks.
+        _ => e.known == Some(KnownType::Lifecycle) && e.parameterized,
+    });
+    if has_install_hooks {
+        return;
+    }
+    for g in grants.iter().filter(|g| g.allow && g.phase == "install") {
+        out.warn(
+            Check::UnusedInstallGrant,
+            &g.path,
+            g.pos,
+            "install-phase grants are open only while install hooks run, and this workload runs none; move the hosts to `runtime`, or add the hook".to_owned(),
+        );
+    }
+    for (at, entry) in entries {
+        if let Some(Capability::Credential(c)) = &entry.capability
+            && c.phases.contains(&capgate_spec::caps::Phase::Install)
+        {
+            out.warn(
+                Check::UnusedInstallGrant,
+                &Path::from(at.as_str()),
+                entry.config.as_ref().map_or(Pos::UNKNOWN, |n| n.pos),
+                format!(
+                    "credential `{}` is granted in the install phase, and this workload runs no install hook",
+                    c.service
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn kit(kind: &str, caps: &str) -> Descriptor {
+        let text = format!("schemaVersion: \"3\"\nkind: {kind}\ncapabilities:\n{caps}");
+        let loaded = capgate_spec::load(text.as_bytes(), &capgate_spec::Options::default());
+        assert!(
+            loaded.is_valid(),
+            "{text}\n{:?}",
+            loaded.diagnostics.errors().collect::<Vec<_>>()
+        );
+        loaded.descriptor.unwrap()
+    }
+
+    fn codes(findings: &[Finding]) -> Vec<(String, Severity, u32)> {
+        findings
+            .iter()
+            .map(|f| (f.check.code().to_owned(), f.severity, f.pos.line))
+            .collect()
+    }
+
+    const NP2: &str = "com.docker.sandbox/network-policy@2";
+    const TIER: &str = "dev.capgate/determinism@1";
+
+    #[test]
+    fn a_named_host_gives_nothing_to_say() {
+        let d = kit(
+            "workload",
+            &format!(
+                "  - type: {NP2}\n    config: {{runtime: {{allow: [api.example.com, {{hosts: [git.example.com], methods: [GET]}}], deny: [telemetry.example.com]}}}}\n"
+            ),
+        );
+        assert_eq!(lint(&d, true), vec![]);
+    }
+
+    #[test]
+    fn wildcards_warn_and_strict_refuses_them() {
+        let caps = format!(
+            "  - type: {NP2}\n    config:\n      runtime:\n        allow:\n          - \"*.openai.com\"\n          - \"**.example.com\"\n          - \"*\"\n"
+        );
+        let d = kit("workload", &caps);
+        let found = lint(&d, false);
+        assert_eq!(
+            codes(&found),
+            [
+                ("wildcard-host".to_owned(), Severity::Warning, 8),
+                ("wildcard-host".to_owned(), Severity::Warning, 9),
+                ("wildcard-host".to_owned(), Severity::Warning, 10),
+            ]
+        );
+        assert!(found[0].message.contains("one label below `openai.com`"));
+        assert!(found[1].message.contains("one or more labels below"));
+        assert!(found[2].message.contains("every host and every address"));
+        assert_eq!(
+            found[0].path.as_str(),
+            "capabilities[0].config.runtime.allow[0]"
+        );
+        assert!(lint(&d, true).iter().all(|f| f.severity == Severity::Error));
+    }
+
+    #[test]
+    fn addresses_and_shadowed_allows_warn_even_under_strict() {
+        let caps = format!(
+            "  - type: {NP2}\n    config:\n      runtime:\n        allow: [10.1.2.3, \"[2001:db8::1]:443\", 192.168.0.0/16, Api.Example.com, \"svc.example.com:8443\", 1.example.com]\n        deny: [api.example.com, \"svc.example.com\"]\n"
+        );
+        let found = lint(&kit("workload", &caps), true);
+        let summary: Vec<(&str, Severity)> =
+            found.iter().map(|f| (f.check.code(), f.severity)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("address-host", Severity::Warning),
+                ("address-host", Severity::Warning),
+                ("address-host", Severity::Warning),
+                ("shadowed-allow", Severity::Warning),
+                ("shadowed-allow", Severity::Warning),
+            ]
+        );
+        assert!(
+            found[3]
+                .message
+                .contains("deny of `api.example.com` (line 8)")
+        );
+        assert!(found[4].message.contains("`svc.example.com:8443`"));
+    }
+
+    #[test]
+    fn a_deny_of_the_other_phase_or_a_bounded_deny_shadows_nothing() {
+        let caps = format!(
+            "  - type: {NP2}\n    config:\n      install: {{deny: [api.example.com]}}\n      runtime:\n        allow: [api.example.com]\n        deny: [{{hosts: [api.example.com], methods: [DELETE]}}]\n"
+        );
+        assert_eq!(lint(&kit("mixin", &caps), true), vec![]);
+    }
+
+    #[test]
+    fn read_only_workloads_may_only_read() {
+        let caps = format!(
+            "  - type: {TIER}\n    config: {{tier: read-only}}\n  - type: {NP2}\n    config:\n      runtime:\n        allow:\n          - api.example.com\n          - {{hosts: [git.example.com], methods: [GET, POST]}}\n          - {{hosts: [hooks.example.com], methods: [POST]}}\n          - {{hosts: [any.example.com], methods: [ANY]}}\n  - type: com.docker.sandbox/host-mount@1\n    config: {{path: /data}}\n"
+        );
+        let found = lint(&kit("workload", &caps), false);
+        assert_eq!(
+            codes(&found),
+            [
+                ("tier-mismatch".to_owned(), Severity::Warning, 11),
+                ("tier-mismatch".to_owned(), Severity::Error, 12),
+                ("tier-mismatch".to_owned(), Severity::Error, 15),
+            ]
+        );
+        assert!(found[0].message.contains("POST to `git.example.com`"));
+        assert!(found[2].message.contains("host mount `/data`"));
+        // The same grants under side-effect are coherent.
+        let side = caps.replace("read-only", "side-effect");
+        assert_eq!(lint(&kit("workload", &side), true), vec![]);
+    }
+
+    #[test]
+    fn every_host_needs_the_unrestricted_tier() {
+        let caps = |tier: &str| {
+            format!(
+                "  - type: {TIER}\n    config: {{tier: {tier}}}\n  - type: {NP2}\n    config: {{runtime: {{allow: [\"**\"]}}}}\n"
+            )
+        };
+        let side = lint(&kit("workload", &caps("side-effect")), true);
+        assert_eq!(
+            side.iter().map(|f| f.check).collect::<Vec<_>>(),
+            [Check::WildcardHost, Check::TierMismatch]
+        );
+        assert!(side.iter().all(|f| f.severity == Severity::Error));
+        let open = lint(&kit("workload", &caps("unrestricted")), false);
+        assert_eq!(
+            open.iter().map(|f| f.check).collect::<Vec<_>>(),
+            [Check::WildcardHost]
+        );
+    }
+
+    #[test]
+    fn install_grants_of_a_workload_without_install_hooks_are_unused() {
+        let grants = format!(
+            "  - type: {NP2}\n    config: {{install: {{allow: [registry.npmjs.org]}}}}\n  - type: com.docker.sandbox/credential@1\n    config: {{service: npm, phase: install, apiKey: {{name: NPM_TOKEN, inject: [{{domain: registry.npmjs.org}}]}}}}\n"
+        );
+        let found = lint(&kit("workload", &grants), true);
+        assert_eq!(
+            found.iter().map(|f| f.check).collect::<Vec<_>>(),
+            [Check::UnusedInstallGrant, Check::UnusedInstallGrant]
+        );
+        assert!(found[1].message.contains("credential `npm`"));
+        // A mixin's install grants may serve the workload's hooks.
+        assert_eq!(lint(&kit("mixin", &grants), true), vec![]);
+        // With a hook, they are used.
+        let hooked = format!(
+            "{grants}  - type: com.docker.sandbox/lifecycle@1\n    config: {{install: [{{command: [npm, ci]}}]}}\n"
+        );
+        assert_eq!(lint(&kit("workload", &hooked), true), vec![]);
+    }
+}
