@@ -191,6 +191,7 @@ pub fn render_surface(surface: &Surface) -> String {
     );
     section("Ports", &[("published", &surface.ports)]);
     section("Devices", &[("usb", &surface.usb)]);
+    section("Egress (runtime)", &[("allow", &surface.egress)]);
     section("Services", &[("requested", &surface.services)]);
     if let Some(tier) = surface.determinism {
         let _ = writeln!(s, "\nDeterminism: {tier}");

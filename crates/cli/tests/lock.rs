@@ -649,3 +649,51 @@ fn a_less_trusting_determinism_tier_stops_for_approval() {
     let lock = std::fs::read_to_string(dir.path().join("capgate.lock")).unwrap();
     assert!(lock.contains(r#""determinism": "read-only""#), "{lock}");
 }
+
+/// An egress triple is a grant the lock records: a new triple, or a wider protocol on the
+/// same host and port, stops for approval; narrowing `tcp` to `https` does not.
+#[test]
+fn a_new_or_wider_egress_triple_stops_for_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let kit = |triples: &[(&str, u16, &str)]| {
+        let mut text = WORKLOAD.to_owned();
+        for (host, port, protocol) in triples {
+            text.push_str(&format!(
+                "  - type: dev.capgate/egress@1\n    config: {{host: {host}, port: {port}, protocol: {protocol}}}\n"
+            ));
+        }
+        std::fs::write(dir.path().join("kit.yaml"), text).unwrap();
+    };
+    kit(&[("api.example.com", 443, "https")]);
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    kit(&[("api.example.com", 443, "tcp")]);
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        text(&o).contains("+ egress: api.example.com:443/tcp"),
+        "{}",
+        text(&o)
+    );
+    let o = capgate(dir.path(), &["lock", ".", "--approve"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    kit(&[("api.example.com", 443, "https")]);
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "narrowing asks nothing: {}",
+        text(&o)
+    );
+    kit(&[
+        ("api.example.com", 443, "https"),
+        ("db.example.com", 5432, "tcp"),
+    ]);
+    let o = capgate(dir.path(), &["lock", "."]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        text(&o).contains("+ egress: db.example.com:5432/tcp"),
+        "{}",
+        text(&o)
+    );
+}

@@ -686,6 +686,8 @@ fn instance_key(capability: &Capability, entry: &Entry) -> String {
         Capability::AgentSkill(s) => keyed(KnownType::AgentSkill, s.effective_name()),
         Capability::AgentSkills(s) => keyed(KnownType::AgentSkills, &s.path),
         Capability::Port(p) => keyed(KnownType::Port, &p.key()),
+        // One triple is one grant however its host is cased.
+        Capability::Egress(e) => keyed(KnownType::Egress, &e.key()),
         // One tier per workload: a second, different tier collides and is refused.
         Capability::Determinism(_) => KnownType::Determinism.name().to_owned(),
         Capability::Acp(a) => keyed(
@@ -808,6 +810,7 @@ fn reconcile(
                 )))
             }
         }
+        (C::Egress(_), C::Egress(_)) => Ok(None),
         (C::Determinism(x), C::Determinism(y)) if x != y => Err(Refusal::new(format!(
             "{first} declares determinism tier `{}` and {second} tier `{}`; a workload has one tier, so one of them has to change",
             x.tier, y.tier

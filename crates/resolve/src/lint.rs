@@ -11,7 +11,7 @@
 use std::fmt;
 
 use capgate_spec::caps::network::Method;
-use capgate_spec::caps::pack::Tier;
+use capgate_spec::caps::pack::{Egress, EgressProtocol, Tier};
 use capgate_spec::caps::{Capability, KnownType};
 use capgate_spec::node::{Node, Path, Pos};
 use capgate_spec::{Descriptor, Entry, Kind, Severity};
@@ -100,6 +100,9 @@ pub fn lint(descriptor: &Descriptor, strict: bool) -> Vec<Finding> {
         if !entry.parameterized {
             grants.extend(network_grants(at, entry));
         }
+        if let Some(Capability::Egress(e)) = &entry.capability {
+            grants.push(egress_grant(at, entry, e));
+        }
     }
     let tier = entries.iter().find_map(|(_, e)| match &e.capability {
         Some(Capability::Determinism(d)) => Some(d.tier),
@@ -159,8 +162,31 @@ struct Grant<'n> {
     /// `None`: unbounded.
     methods: Option<Vec<Method>>,
     bounded: bool,
+    /// Set for an egress triple (which grants only this protocol).
+    egress: Option<EgressProtocol>,
     path: Path,
     pos: Pos,
+}
+
+/// An egress triple as a runtime allow of its `host:port`.
+fn egress_grant<'n>(at: &str, entry: &'n Entry, triple: &Egress) -> Grant<'n> {
+    let config = entry.config.as_ref();
+    let host_node = config.and_then(|c| c.get("host"));
+    let pos = config.map_or(Pos::UNKNOWN, |c| c.pos);
+    Grant {
+        phase: "runtime",
+        allow: true,
+        // The written host (with the port beside it, as a rule names it).
+        hosts: host_node
+            .and_then(Node::as_str)
+            .map(|h| vec![(h, host_node.map_or(pos, |n| n.pos))])
+            .unwrap_or_default(),
+        methods: None,
+        bounded: false,
+        egress: Some(triple.protocol),
+        path: Path::from(at).key("config").key("host"),
+        pos,
+    }
 }
 
 fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
@@ -204,6 +230,7 @@ fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
                     hosts,
                     bounded: item.get("methods").is_some() || item.get("paths").is_some(),
                     methods,
+                    egress: None,
                     path: base.index(i),
                     pos: item.pos,
                 });
@@ -311,6 +338,20 @@ fn tier_mismatches(
     }
     if tier != Tier::ReadOnly {
         return;
+    }
+    for g in runtime_allows() {
+        if g.egress == Some(EgressProtocol::Tcp) {
+            let hosts: Vec<&str> = g.hosts.iter().map(|(h, _)| *h).collect();
+            out.warn(
+                Check::TierMismatch,
+                &g.path,
+                g.pos,
+                format!(
+                    "a tcp stream to `{}` cannot be held to reading, so a read-only workload is refused it at run time; grant `https` or `http`, or declare the tier `side-effect`",
+                    hosts.join("`, `")
+                ),
+            );
+        }
     }
     for g in runtime_allows().filter(|g| g.bounded) {
         let Some(methods) = &g.methods else { continue };
@@ -545,5 +586,31 @@ mod tests {
             "{grants}  - type: com.docker.sandbox/lifecycle@1\n    config: {{install: [{{command: [npm, ci]}}]}}\n"
         );
         assert_eq!(lint(&kit("workload", &hooked), true), vec![]);
+    }
+
+    #[test]
+    fn egress_triples_are_judged_like_allows() {
+        let caps = format!(
+            "  - type: {TIER}\n    config: {{tier: read-only}}\n  - type: dev.capgate/egress@1\n    config: {{host: api.openai.com, port: 443, protocol: https}}\n  - type: dev.capgate/egress@1\n    config: {{host: \"*.example.org\", port: 443, protocol: https}}\n  - type: dev.capgate/egress@1\n    config: {{host: 10.0.0.7, port: 5432, protocol: tcp}}\n  - type: {NP2}\n    config: {{runtime: {{deny: [api.openai.com]}}}}\n"
+        );
+        let found = lint(&kit("workload", &caps), false);
+        let summary: Vec<(&str, u32, &str)> = found
+            .iter()
+            .map(|f| (f.check.code(), f.pos.line, f.path.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("shadowed-allow", 7, "capabilities[1].config.host"),
+                ("wildcard-host", 9, "capabilities[2].config.host"),
+                ("tier-mismatch", 11, "capabilities[3].config.host"),
+                ("address-host", 11, "capabilities[3].config.host"),
+            ]
+        );
+        assert!(
+            found[2].message.contains("tcp stream to `10.0.0.7`"),
+            "{}",
+            found[2].message
+        );
     }
 }

@@ -71,6 +71,10 @@ pub struct Surface {
     pub services: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_mount_paths: Vec<String>,
+    /// capgate's own: the egress triples (`dev.capgate/egress@1`) as
+    /// `host:port/protocol`, granted in the runtime phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<String>,
     /// capgate's own: the determinism tier (`dev.capgate/determinism@1`), when one is
     /// declared. No tier binds like `unrestricted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,7 +112,7 @@ impl Surface {
         !self.privileged && self.determinism.is_none() && self.lists().iter().all(|l| l.is_empty())
     }
 
-    fn lists(&self) -> [&Vec<String>; 18] {
+    fn lists(&self) -> [&Vec<String>; 19] {
         [
             &self.network_install_allow,
             &self.network_install_deny,
@@ -128,10 +132,11 @@ impl Surface {
             &self.usb,
             &self.services,
             &self.host_mount_paths,
+            &self.egress,
         ]
     }
 
-    fn lists_mut(&mut self) -> [&mut Vec<String>; 18] {
+    fn lists_mut(&mut self) -> [&mut Vec<String>; 19] {
         [
             &mut self.network_install_allow,
             &mut self.network_install_deny,
@@ -151,6 +156,7 @@ impl Surface {
             &mut self.usb,
             &mut self.services,
             &mut self.host_mount_paths,
+            &mut self.egress,
         ]
     }
 
@@ -202,6 +208,7 @@ impl Surface {
                 }
             }
             // Were two tiers ever to meet here (an unmerged inventory), the wider one counts.
+            Some(Capability::Egress(e)) => self.egress.push(e.key()),
             Some(Capability::Determinism(d)) => {
                 self.determinism = Some(self.determinism.map_or(d.tier, |t| t.max(d.tier)));
             }

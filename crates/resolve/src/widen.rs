@@ -40,12 +40,13 @@ pub enum Category {
     Usb,
     Privileged,
     Services,
+    Egress,
     Determinism,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 21] = [
+    pub const ALL: [Category; 22] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -66,6 +67,7 @@ impl Category {
         Category::Usb,
         Category::Privileged,
         Category::Services,
+        Category::Egress,
         Category::Determinism,
     ];
 
@@ -92,6 +94,7 @@ impl Category {
             Category::Usb => "usb",
             Category::Privileged => "privileged",
             Category::Services => "services",
+            Category::Egress => "egress",
             Category::Determinism => "determinism",
         }
     }
@@ -244,6 +247,7 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
         );
     }
     report(Category::Services, missing_from(&g.services, &c.services));
+    report(Category::Egress, egress_widenings(&g.egress, &c.egress));
     // A tier promises; a less trusting one (or none, which binds like `unrestricted`)
     // takes a promise back.
     let binding = |t: Option<Tier>| t.unwrap_or(Tier::Unrestricted);
@@ -258,6 +262,24 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
         );
     }
     out
+}
+
+/// The candidate's egress triples no granted one covers: the same one, or a `tcp` triple
+/// on the same host and port (which carries HTTP and HTTPS too).
+fn egress_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
+    candidate
+        .iter()
+        .filter(|c| {
+            !granted.iter().any(|g| {
+                *g == **c
+                    || match (g.rsplit_once('/'), c.rsplit_once('/')) {
+                        (Some((g_at, "tcp")), Some((c_at, _))) => g_at == c_at,
+                        _ => false,
+                    }
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// The entries of `candidate` not in `granted` (exact strings), in candidate order.

@@ -157,6 +157,13 @@ const HTTP: &[&str] = &[
     "ANY e.example.com/",
 ];
 const SERVICES: &[&str] = &["github", "npm", "anthropic"];
+const EGRESS: &[&str] = &[
+    "api.openai.com:443/https",
+    "api.openai.com:443/tcp",
+    "hooks.slack.com:443/https",
+    "db.example.com:5432/tcp",
+    "[2001:db8::1]:80/http",
+];
 const SSH: &[&str] = &[
     "install",
     "runtime sign git",
@@ -183,6 +190,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
             pick(HTTP),
             pick(HTTP),
             pick(HTTP),
+            pick(EGRESS),
         ),
         (
             pick(SERVICES),
@@ -209,6 +217,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
                 network_install_http_deny: n.5,
                 network_runtime_http_allow: n.6,
                 network_runtime_http_deny: n.7,
+                egress: n.8,
                 credentials_install: o.0,
                 credentials_runtime: o.1,
                 ssh_agent: o.2,
@@ -251,6 +260,7 @@ fn allow_lists(s: &mut Surface) -> Vec<(Category, &mut Vec<String>)> {
         (Category::Ports, &mut s.ports),
         (Category::Usb, &mut s.usb),
         (Category::Services, &mut s.services),
+        (Category::Egress, &mut s.egress),
     ]
 }
 
@@ -283,6 +293,7 @@ fn new_item(category: Category) -> String {
         | Category::NetworkInstallHttpDenyRemoved
         | Category::NetworkRuntimeHttpDenyRemoved => format!("PATCH {NEW}/only"),
         Category::SshAgent => format!("runtime authenticate {NEW}"),
+        Category::Egress => format!("{NEW}:443/https"),
         _ => NEW.to_owned(),
     }
 }
@@ -321,7 +332,7 @@ proptest! {
     }
 
     #[test]
-    fn adding_a_grant_is_reported(s in any_surface(), which in 0usize..14) {
+    fn adding_a_grant_is_reported(s in any_surface(), which in 0usize..15) {
         let mut candidate = s.clone();
         let (category, item) = {
             let mut lists = allow_lists(&mut candidate);
@@ -429,6 +440,28 @@ proptest! {
             }
             prop_assert!(removed || stated.contains(&x.detail), "{x}");
         }
+    }
+
+    /// A `tcp` triple covers `https` and `http` on its host and port; nothing else covers.
+    #[test]
+    fn egress_coverage(s in any_surface()) {
+        let mut granted = s.clone();
+        granted.egress = vec!["a.example:443/tcp".into(), "b.example:443/https".into()];
+        let mut candidate = s;
+        candidate.egress = vec![
+            "a.example:443/https".into(),
+            "a.example:443/http".into(),
+            "a.example:8443/https".into(),
+            "b.example:443/tcp".into(),
+            "b.example:443/http".into(),
+            "b.example:443/https".into(),
+        ];
+        let w: Vec<String> = diff_widenings(&granted, &candidate)
+            .into_iter()
+            .filter(|w| w.category == Category::Egress)
+            .map(|w| w.detail)
+            .collect();
+        prop_assert_eq!(w, ["a.example:8443/https", "b.example:443/tcp", "b.example:443/http"]);
     }
 
     /// Trading a tier for a less trusting one (or for none) takes a promise back and asks;

@@ -1107,6 +1107,14 @@ impl Reader<'_> {
             Some((_, _, Capability::NetworkPolicy(np))) => Some(np),
             _ => None,
         };
+        let egress: Vec<&str> = here
+            .iter()
+            .chain(around.iter())
+            .filter_map(|(_, _, c)| match c {
+                Capability::Egress(e) => Some(e.host.as_str()),
+                _ => None,
+            })
+            .collect();
         for (p, e, c) in &here {
             match c {
                 Capability::Credential(cred)
@@ -1118,7 +1126,7 @@ impl Reader<'_> {
                             cred,
                             config,
                             &p.key("config"),
-                            policy,
+                            (policy, &egress),
                         );
                     }
                 }

@@ -51,6 +51,7 @@ fn config_schema(t: KnownType, generator: &mut SchemaGenerator) -> Option<Value>
         KnownType::AgentSkill => of::<agent::AgentSkill>(generator),
         KnownType::Acp => of::<agent::Acp>(generator),
         KnownType::Determinism => of::<pack::Determinism>(generator),
+        KnownType::Egress => of::<pack::Egress>(generator),
         KnownType::Privileged
         | KnownType::LongRunning
         | KnownType::GitIdentity

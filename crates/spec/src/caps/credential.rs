@@ -799,7 +799,7 @@ pub(crate) fn check_inject_within_allow(
     credential: &Credential,
     credential_config: &Node,
     config_path: &Path,
-    policy: Option<&NetworkPolicy>,
+    (policy, egress): (Option<&NetworkPolicy>, &[&str]),
 ) {
     let Some(api_key) = &credential.api_key else {
         return;
@@ -810,7 +810,7 @@ pub(crate) fn check_inject_within_allow(
         .and_then(Node::as_seq);
     for &phase in &credential.phases {
         // Hosts are compared byte for byte (no case folding, spec §4.5).
-        let allow: Vec<&str> = policy
+        let mut allow: Vec<&str> = policy
             .and_then(|p| p.phase(phase))
             .map(|r| {
                 r.allow
@@ -820,6 +820,10 @@ pub(crate) fn check_inject_within_allow(
                     .collect()
             })
             .unwrap_or_default();
+        // A pack's egress triples (dev.capgate/egress@1) are runtime grants.
+        if phase == Phase::Runtime {
+            allow.extend_from_slice(egress);
+        }
         if allow.iter().any(|h| *h == "*" || *h == "**") {
             continue;
         }
@@ -1342,7 +1346,7 @@ mod tests {
         }
         assert!(!cx.diags.has_errors(), "{:?}", cx.diags);
         for (c, config, path) in &credentials {
-            check_inject_within_allow(&mut cx, c, config, path, policy.as_ref());
+            check_inject_within_allow(&mut cx, c, config, path, (policy.as_ref(), &[]));
         }
         diags
     }

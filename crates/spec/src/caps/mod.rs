@@ -127,10 +127,11 @@ pub enum KnownType {
     Sbx,
     Acp,
     Determinism,
+    Egress,
 }
 
 impl KnownType {
-    pub const ALL: [KnownType; 22] = [
+    pub const ALL: [KnownType; 23] = [
         KnownType::NetworkPolicyV1,
         KnownType::NetworkPolicyV2,
         KnownType::Credential,
@@ -153,6 +154,7 @@ impl KnownType {
         KnownType::Sbx,
         KnownType::Acp,
         KnownType::Determinism,
+        KnownType::Egress,
     ];
 
     /// The full type string, e.g. `com.docker.sandbox/network-policy@2`.
@@ -182,6 +184,7 @@ impl KnownType {
             KnownType::Sbx => "com.docker.sandbox/sbx@1",
             KnownType::Acp => "com.docker.sandbox/acp@1",
             KnownType::Determinism => "dev.capgate/determinism@1",
+            KnownType::Egress => "dev.capgate/egress@1",
         }
     }
 
@@ -258,6 +261,7 @@ pub enum Capability {
     Sbx,
     Acp(agent::Acp),
     Determinism(pack::Determinism),
+    Egress(pack::Egress),
 }
 
 impl Capability {
@@ -289,6 +293,7 @@ impl Capability {
             Capability::Sbx => KnownType::Sbx,
             Capability::Acp(_) => KnownType::Acp,
             Capability::Determinism(_) => KnownType::Determinism,
+            Capability::Egress(_) => KnownType::Egress,
         }
     }
 
@@ -312,6 +317,7 @@ impl Capability {
             Capability::AgentSkill(c) => serde_json::to_value(c)?,
             Capability::Acp(c) => serde_json::to_value(c)?,
             Capability::Determinism(c) => serde_json::to_value(c)?,
+            Capability::Egress(c) => serde_json::to_value(c)?,
             Capability::Privileged
             | Capability::LongRunning
             | Capability::GitIdentity
@@ -385,6 +391,7 @@ fn decode_node(cx: &mut Cx<'_>, ty: KnownType, node: &Node, path: &Path) -> Opti
         KnownType::Determinism => {
             Capability::Determinism(pack::decode_determinism(cx, node, path)?)
         }
+        KnownType::Egress => Capability::Egress(pack::decode_egress(cx, node, path)?),
         KnownType::Privileged => Capability::Privileged,
         KnownType::LongRunning => Capability::LongRunning,
         KnownType::GitIdentity => Capability::GitIdentity,
@@ -409,6 +416,7 @@ pub(crate) fn block_keys(ty: KnownType, config: Option<&Node>) -> Vec<BlockKey> 
         KnownType::AgentSkills => agent::skills_block_keys(config),
         KnownType::AgentSkill => agent::skill_block_keys(config),
         KnownType::Acp => agent::acp_block_keys(config),
+        KnownType::Egress => pack::egress_block_keys(config),
         _ => Vec::new(),
     }
 }

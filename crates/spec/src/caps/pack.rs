@@ -10,6 +10,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use crate::caps::BlockKey;
 use crate::node::{Node, Path};
 use crate::read::Cx;
 
@@ -94,6 +95,188 @@ pub(crate) fn decode_determinism(cx: &mut Cx<'_>, node: &Node, path: &Path) -> O
     }
 }
 
+/// What an egress triple lets through (seed 002: "host + port + protocol — all three must
+/// match").
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum EgressProtocol {
+    /// TLS whose server name is the host: opaque unless other rules need it inspected.
+    Https,
+    /// Cleartext HTTP requests.
+    Http,
+    /// Any TCP stream (SOCKS5, or a CONNECT tunnel), HTTP and HTTPS included.
+    Tcp,
+}
+
+impl EgressProtocol {
+    pub const ALL: [EgressProtocol; 3] = [
+        EgressProtocol::Https,
+        EgressProtocol::Http,
+        EgressProtocol::Tcp,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressProtocol::Https => "https",
+            EgressProtocol::Http => "http",
+            EgressProtocol::Tcp => "tcp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EgressProtocol> {
+        EgressProtocol::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for EgressProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `dev.capgate/egress@1`: one egress triple of a pack, granted in the runtime phase. The
+/// workload may reach `host` on `port` with `protocol`, and nothing else of that host:
+/// an `https` triple lets no cleartext through, an `http` one no tunnel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Egress {
+    /// A host name (`api.openai.com`), a wildcard (`*.openai.com` one label below,
+    /// `**.openai.com` any depth, `*` every host), or an IP address; never a port.
+    pub host: String,
+    /// 1 to 65535.
+    pub port: u16,
+    /// `https`, `http` or `tcp`.
+    pub protocol: EgressProtocol,
+}
+
+impl Egress {
+    /// `host:port` as network rules write it (`[2001:db8::1]:443` for IPv6), lowercase.
+    pub fn host_port(&self) -> String {
+        let host = self.host.to_ascii_lowercase();
+        if host.contains(':') {
+            format!("[{host}]:{}", self.port)
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+
+    /// The triple as the lock records it: `api.openai.com:443/https`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.host_port(), self.protocol)
+    }
+}
+
+/// Why `host` cannot be an egress host, if it cannot.
+fn host_problem(host: &str) -> Option<&'static str> {
+    if host.is_empty() {
+        return Some("is empty");
+    }
+    if host.parse::<std::net::IpAddr>().is_ok() || host == "*" || host == "**" {
+        return None;
+    }
+    if host.contains(':') {
+        return Some("holds a `:`; the port is a field of its own");
+    }
+    let name = host
+        .strip_prefix("**.")
+        .or_else(|| host.strip_prefix("*."))
+        .unwrap_or(host);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || !c.is_ascii())
+            && !l.chars().any(char::is_whitespace)
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Some("is not a host name, a wildcard such as `*.example.com`, or an IP address");
+    }
+    None
+}
+
+pub(crate) fn decode_egress(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Egress> {
+    let mut f = cx.fields(node, path)?;
+    let host = f.required_string(cx, "host").map(|s| (s, f.at("host")));
+    let port = f.require(cx, "port").map(|n| (n, f.at("port")));
+    let protocol = f
+        .required_string(cx, "protocol")
+        .map(|s| (s, f.at("protocol")));
+    f.finish(cx);
+    let pos = |key: &str| crate::caps::storage::node_pos(node, key);
+    let mut ok = true;
+    if let Some((h, at)) = &host
+        && cx.judgeable(h)
+        && let Some(problem) = host_problem(h)
+    {
+        cx.error(at, pos("host"), format!("egress host `{h}` {problem}"));
+        ok = false;
+    }
+    let port = match port {
+        Some((n, at)) => match cx.integer(n, &at) {
+            Some(p) => match u16::try_from(p) {
+                Ok(p) if p > 0 => Some(p),
+                _ => {
+                    cx.error(&at, n.pos, format!("port {p} is out of range (1 to 65535)"));
+                    None
+                }
+            },
+            None => None,
+        },
+        None => None,
+    };
+    let protocol = match protocol {
+        Some((p, at)) if cx.judgeable(p) => match EgressProtocol::parse(p) {
+            Some(p) => Some(p),
+            None => {
+                cx.error(
+                    &at,
+                    pos("protocol"),
+                    format!("protocol `{p}` is not one of `https`, `http`, `tcp`"),
+                );
+                None
+            }
+        },
+        _ => None,
+    };
+    let (Some((host, _)), Some(port), Some(protocol)) = (host, port, protocol) else {
+        return None;
+    };
+    (ok && cx.judgeable(host)).then(|| Egress {
+        host: host.to_owned(),
+        port,
+        protocol,
+    })
+}
+
+/// A block states one triple once.
+pub(crate) fn egress_block_keys(config: &Node) -> Vec<BlockKey> {
+    let (Some(host), Some(port), Some(protocol)) = (
+        super::literal_str(config, "host"),
+        config.get("port").map(Node::to_json),
+        super::literal_str(config, "protocol"),
+    ) else {
+        return Vec::new();
+    };
+    let host = host.to_ascii_lowercase();
+    vec![BlockKey {
+        key: format!("egress:{host}:{port}/{protocol}"),
+        what: format!("egress `{host}` port {port} over {protocol}"),
+    }]
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -151,5 +334,113 @@ mod tests {
         assert!(Tier::ReadOnly < Tier::SideEffect && Tier::SideEffect < Tier::Unrestricted);
         assert_eq!(Tier::parse("readonly"), None);
         assert_eq!(Tier::parse("Read-Only"), None);
+    }
+
+    fn egress_text(text: &str) -> (Option<Egress>, Diagnostics) {
+        let mut diags = Diagnostics::new();
+        let node = parse(text.as_bytes(), &Limits::DEFAULT, &mut diags).unwrap();
+        let mut cx = Cx::new(&mut diags);
+        let e = decode_egress(&mut cx, &node, &Path::from(AT));
+        (e, diags)
+    }
+
+    #[test]
+    fn egress_triples_read_strictly() {
+        for (text, key) in [
+            (
+                "{host: api.openai.com, port: 443, protocol: https}",
+                "api.openai.com:443/https",
+            ),
+            (
+                "{host: Hooks.Slack.com, port: 443, protocol: https}",
+                "hooks.slack.com:443/https",
+            ),
+            (
+                "{host: \"*.example.org\", port: 80, protocol: http}",
+                "*.example.org:80/http",
+            ),
+            (
+                "{host: 192.168.1.1, port: 5432, protocol: tcp}",
+                "192.168.1.1:5432/tcp",
+            ),
+            (
+                "{host: \"2001:db8::1\", port: 22, protocol: tcp}",
+                "[2001:db8::1]:22/tcp",
+            ),
+            ("{host: \"*\", port: 443, protocol: https}", "*:443/https"),
+            (
+                "{host: bücher.example, port: 443, protocol: https}",
+                "bücher.example:443/https",
+            ),
+        ] {
+            let (e, diags) = egress_text(text);
+            assert!(!diags.has_errors(), "{text}: {diags:?}");
+            assert_eq!(e.unwrap().key(), key, "{text}");
+        }
+        for (text, path, fragment) in [
+            ("{port: 443, protocol: https}", AT, "`host` is required"),
+            (
+                "{host: a.example, protocol: https}",
+                AT,
+                "`port` is required",
+            ),
+            ("{host: a.example, port: 443}", AT, "`protocol` is required"),
+            (
+                "{host: \"a.example:443\", port: 443, protocol: https}",
+                "capabilities[0].config.host",
+                "the port is a field of its own",
+            ),
+            (
+                "{host: \"foo..com\", port: 443, protocol: https}",
+                "capabilities[0].config.host",
+                "is not a host name",
+            ),
+            (
+                "{host: \"a b.com\", port: 443, protocol: https}",
+                "capabilities[0].config.host",
+                "is not a host name",
+            ),
+            (
+                "{host: \"\", port: 443, protocol: https}",
+                "capabilities[0].config.host",
+                "is empty",
+            ),
+            (
+                "{host: a.example, port: 0, protocol: https}",
+                "capabilities[0].config.port",
+                "out of range",
+            ),
+            (
+                "{host: a.example, port: 65536, protocol: https}",
+                "capabilities[0].config.port",
+                "out of range",
+            ),
+            (
+                "{host: a.example, port: \"443\", protocol: https}",
+                "capabilities[0].config.port",
+                "expected a number",
+            ),
+            (
+                "{host: a.example, port: 443, protocol: HTTPS}",
+                "capabilities[0].config.protocol",
+                "not one of",
+            ),
+            (
+                "{host: a.example, port: 443, protocol: udp}",
+                "capabilities[0].config.protocol",
+                "not one of",
+            ),
+            (
+                "{host: a.example, port: 443, protocol: https, methods: [GET]}",
+                "capabilities[0].config.methods",
+                "unknown field",
+            ),
+        ] {
+            let (e, diags) = egress_text(text);
+            assert!(diags.contains(path, fragment), "{text}: {diags:?}");
+            if !fragment.contains("unknown") {
+                assert_eq!(e, None, "{text}");
+            }
+        }
     }
 }
