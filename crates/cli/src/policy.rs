@@ -81,6 +81,22 @@ pub enum ProtocolArg {
     Tcp,
     Udp,
     Any,
+    /// Cleartext HTTP requests only.
+    Http,
+    /// TLS naming the host (or requests inside intercepted TLS) only.
+    Https,
+}
+
+impl ProtocolArg {
+    fn protocol(self) -> Protocol {
+        match self {
+            ProtocolArg::Tcp => Protocol::Tcp,
+            ProtocolArg::Udp => Protocol::Udp,
+            ProtocolArg::Any => Protocol::Any,
+            ProtocolArg::Http => Protocol::Http,
+            ProtocolArg::Https => Protocol::Https,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -119,7 +135,8 @@ pub struct RuleArgs {
     /// Only in this grant phase (default: both).
     #[arg(long, value_enum)]
     phase: Option<PhaseArg>,
-    /// Transport (default: tcp for allow, any for deny).
+    /// What the rule covers: a transport (`tcp` also covers HTTP and HTTPS), or `http` /
+    /// `https` alone (default: tcp for allow, any for deny).
     #[arg(long, value_enum)]
     protocol: Option<ProtocolArg>,
 }
@@ -158,6 +175,10 @@ pub struct CheckArgs {
     /// The grant phase to ask about (default: runtime).
     #[arg(long, value_enum, default_value = "runtime")]
     phase: PhaseArg,
+    /// What the traffic is carried as (default: the URL's scheme, `http` or `https`; tcp
+    /// for a `host:port`).
+    #[arg(long, value_enum)]
+    protocol: Option<ProtocolArg>,
     #[arg(long)]
     json: bool,
 }
@@ -361,9 +382,9 @@ fn add(a: &RuleArgs, decision: Decision) -> Result<u8> {
         None => Scope::Global,
     };
     let protocol = match (a.protocol, decision) {
-        (Some(ProtocolArg::Tcp), _) | (None, Decision::Allow) => Protocol::Tcp,
-        (Some(ProtocolArg::Udp), _) => Protocol::Udp,
-        (Some(ProtocolArg::Any), _) | (None, Decision::Deny) => Protocol::Any,
+        (Some(p), _) => p.protocol(),
+        (None, Decision::Allow) => Protocol::Tcp,
+        (None, Decision::Deny) => Protocol::Any,
     };
     let name = format!("user:{}", resources.join(","));
     let mut rule = NewRule::user(name, scope, decision, resources, protocol);
@@ -466,12 +487,20 @@ fn check(a: &CheckArgs) -> Result<u8> {
         method: m,
         path: path.to_owned(),
     });
+    let protocol = match a.protocol {
+        Some(p) => p.protocol(),
+        None => match a.target.split_once("://").map(|(scheme, _)| scheme) {
+            Some(s) if s.eq_ignore_ascii_case("https") => Protocol::Https,
+            Some(s) if s.eq_ignore_ascii_case("http") => Protocol::Http,
+            _ => Protocol::Tcp,
+        },
+    };
     let query = Query {
         sandbox: a.sandbox.clone(),
         phase: a.phase.phase(),
         target: target.clone(),
         port,
-        protocol: Protocol::Tcp,
+        protocol,
         http,
     };
     let verdict = matcher_for(a.sandbox.as_deref())?.decide(&query);

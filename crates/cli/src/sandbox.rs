@@ -71,7 +71,19 @@ pub fn determinism_tier(plan: &Plan) -> Option<Tier> {
 
 /// The rules a composition provisions for sandbox `name`.
 pub fn kit_rules(name: &str, plan: &Plan) -> Vec<capgate_policy::store::NewRule> {
-    capgate_policy::provision::kit_rules(name, network_policy(plan), determinism_tier(plan))
+    let egress: Vec<_> = plan
+        .composed
+        .entries
+        .iter()
+        .filter_map(|e| match &e.capability {
+            Some(Capability::Egress(t)) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let mut rules =
+        capgate_policy::provision::kit_rules(name, network_policy(plan), determinism_tier(plan));
+    rules.extend(capgate_policy::provision::egress_rules(name, &egress));
+    rules
 }
 
 /// The credential services a composition declares.

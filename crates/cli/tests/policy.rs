@@ -534,3 +534,56 @@ fn create_json_is_one_document() {
     assert_eq!(code, 4, "{v}");
     assert_eq!(v["widenings"][0]["detail"], "other.example.com", "{v}");
 }
+
+/// A pack's egress triples are provisioned as protocol rules that `policy ls` shows and
+/// `policy check` judges: the https triple answers for https only, by URL scheme or by
+/// `--protocol`; a user can write the same rule with `policy allow --protocol https`.
+#[test]
+fn egress_triples_are_protocol_rules_that_check_judges() {
+    let h = Home::new();
+    h.kit(
+        "pack",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/egress@1\n    config: {host: api.openai.com, port: 443, protocol: https}\n",
+    );
+    let o = h.run(&["create", "p", "--kit", "pack"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (_, ls) = h.json(&["policy", "ls", "--sandbox", "p", "--json"]);
+    let rules = ls["rules"].as_array().unwrap();
+    let egress = rules
+        .iter()
+        .find(|r| r["name"] == "kit:p:egress:https")
+        .unwrap_or_else(|| panic!("{ls}"));
+    assert_eq!(egress["protocol"], "https");
+    assert_eq!(
+        egress["resources"],
+        serde_json::json!(["api.openai.com:443"])
+    );
+
+    let check = |args: &[&str]| {
+        let mut all = vec!["policy", "check", "network", "--sandbox", "p"];
+        all.extend_from_slice(args);
+        h.run(&all).status.code()
+    };
+    assert_eq!(check(&["https://api.openai.com/v1/models"]), Some(0));
+    assert_eq!(
+        check(&["api.openai.com:443", "--protocol", "https"]),
+        Some(0)
+    );
+    // The same host and port in cleartext, as any TCP, or on another port: refused.
+    assert_eq!(check(&["http://api.openai.com:443/"]), Some(2));
+    assert_eq!(check(&["api.openai.com:443"]), Some(2));
+    assert_eq!(check(&["https://api.openai.com:8443/"]), Some(2));
+
+    // A user's own https rule, global.
+    let o = h.run(&[
+        "policy",
+        "allow",
+        "network",
+        "files.example.com:443",
+        "--protocol",
+        "https",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(check(&["https://files.example.com/x"]), Some(0));
+    assert_eq!(check(&["http://files.example.com:443/x"]), Some(2));
+}

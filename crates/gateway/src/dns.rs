@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use capgate_policy::{Decision, Reason, Target};
+use capgate_policy::{Protocol, Reason, Target};
 use tokio::net::UdpSocket;
 
 use crate::proxy::Gateway;
@@ -129,9 +129,12 @@ impl Gateway {
             return Some(response(query, &q, RCODE_NXDOMAIN, &[]));
         };
         let allowed = matches!(target, Target::Host(_))
-            && PROBE_PORTS
-                .iter()
-                .any(|&p| self.decide_connection(&target, p).decision == Decision::Allow);
+            && PROBE_PORTS.iter().any(|&p| {
+                // A name resolves when anything over TCP to it could be allowed.
+                [Protocol::Tcp, Protocol::Https, Protocol::Http]
+                    .into_iter()
+                    .any(|carried| self.decide_connection(&target, p, carried).is_allowed())
+            });
         let name = crate::proxy::target_name(&target);
         if let Some(refused) = self.sentinel_in_host(&name) {
             self.record(&name, 53, &refused, (0, 0));

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use capgate_policy::{Reason, Target, Verdict};
+use capgate_policy::{Protocol, Reason, Target, Verdict};
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -213,8 +213,7 @@ impl Tunnel {
                 let relayed = match self
                     .gw
                     .unless_revoked(
-                        &self.target,
-                        self.port,
+                        (&self.target, self.port, Protocol::Https),
                         http_request(&method, &path),
                         self.relay(forward, body, &mut respond),
                     )

@@ -277,8 +277,15 @@ impl Gateway {
     }
 
     /// The connection-level decision for `target:port` in the current phase.
-    pub(crate) fn decide_connection(&self, target: &Target, port: u16) -> Verdict {
-        self.decide(target, port, None)
+    /// Decides a connection carrying `carried` (SOCKS: `tcp`; a CONNECT tunnel: `https`
+    /// until its first bytes show it is not TLS).
+    pub(crate) fn decide_connection(
+        &self,
+        target: &Target,
+        port: u16,
+        carried: Protocol,
+    ) -> Verdict {
+        self.decide(target, port, carried, None)
     }
 
     pub(crate) async fn vet_address(
@@ -293,13 +300,19 @@ impl Gateway {
         self.audit_verdict(host, port, verdict, None, bytes);
     }
 
-    fn decide(&self, target: &Target, port: u16, http: Option<HttpRequest>) -> Verdict {
+    fn decide(
+        &self,
+        target: &Target,
+        port: u16,
+        carried: Protocol,
+        http: Option<HttpRequest>,
+    ) -> Verdict {
         let query = Query {
             sandbox: Some(self.cfg().sandbox.clone()),
             phase: self.cfg().phase.get(),
             target: target.clone(),
             port,
-            protocol: Protocol::Tcp,
+            protocol: carried,
             http,
         };
         match self.cfg().policy.current() {
@@ -353,7 +366,7 @@ impl Gateway {
             );
         }
         let request = http_request(method, path);
-        let verdict = self.decide(target, port, Some(request));
+        let verdict = self.decide(target, port, carried_http(tls_upstream), Some(request));
         let phase = self.cfg().phase.get();
         if !verdict.is_allowed() {
             // Refused either way; one that carries a sentinel is recorded as what it is.
@@ -407,6 +420,7 @@ impl Gateway {
         &self,
         target: &Target,
         port: u16,
+        carried: Protocol,
         http: Option<HttpRequest>,
     ) -> Verdict {
         let mut phase = self.cfg().phase.changes();
@@ -425,7 +439,7 @@ impl Gateway {
                 }
             }
             first = false;
-            let v = self.decide(target, port, http.clone());
+            let v = self.decide(target, port, carried, http.clone());
             if !v.is_allowed() {
                 return v;
             }
@@ -442,14 +456,13 @@ impl Gateway {
     /// holding first: then `work` is dropped unfinished and the new verdict returned.
     pub(crate) async fn unless_revoked<T>(
         &self,
-        target: &Target,
-        port: u16,
+        (target, port, carried): (&Target, u16, Protocol),
         request: HttpRequest,
         work: impl std::future::Future<Output = T>,
     ) -> Result<T, Verdict> {
         tokio::select! {
             done = work => Ok(done),
-            revoked = self.until_revoked(target, port, Some(request)) => Err(revoked),
+            revoked = self.until_revoked(target, port, carried, Some(request)) => Err(revoked),
         }
     }
 
@@ -725,7 +738,7 @@ impl Gateway {
         let host = target_name(&target);
         let verdict = self
             .sentinel_in_host(&host)
-            .unwrap_or_else(|| self.decide(&target, port, None));
+            .unwrap_or_else(|| self.decide(&target, port, Protocol::Https, None));
         if !verdict.is_allowed() {
             self.audit_verdict(&host, port, &verdict, None, (0, 0));
             self.send(
@@ -803,9 +816,32 @@ impl Gateway {
         // name is checked. A hello cut short (end of stream or timeout) is refused, never
         // forwarded unchecked: its rest would otherwise pass the check.
         let deadline = tokio::time::Instant::now() + self.cfg().limits.head_timeout;
+        // The CONNECT was granted as TLS; a tunnel that turns out not to be needs a grant
+        // of its own (a `tcp` rule, not an `https` one).
+        let mut carried = Protocol::Https;
+        let mut plain_verdict = None;
         loop {
             match peek_sni(&peeked) {
-                Ok(SniPeek::NotTls) => break,
+                Ok(SniPeek::NotTls) => {
+                    carried = Protocol::Tcp;
+                    let v = self.decide(target, port, carried, None);
+                    if !v.is_allowed() {
+                        let v = if v.reason == Reason::NoMatchingAllow {
+                            Verdict::refused(
+                                Reason::NoMatchingAllow,
+                                format!(
+                                    "`{host}:{port}` is granted for TLS only, and this tunnel's first bytes are not TLS"
+                                ),
+                            )
+                        } else {
+                            v
+                        };
+                        self.audit_verdict(host, port, &v, None, (0, 0));
+                        return Ok(());
+                    }
+                    plain_verdict = Some(v);
+                    break;
+                }
                 Ok(SniPeek::Hello { sni, .. }) => {
                     if !sni_matches_authority(sni.as_deref(), host) {
                         let v = Verdict::refused(
@@ -864,12 +900,13 @@ impl Gateway {
         let _ = up.set_nodelay(true);
         stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
         let relay = tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024);
+        let verdict = plain_verdict.as_ref().unwrap_or(verdict);
         tokio::select! {
             relayed = relay => {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
             }
-            revoked = self.until_revoked(target, port, None) => {
+            revoked = self.until_revoked(target, port, carried, None) => {
                 self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
             }
         }
@@ -1046,6 +1083,7 @@ impl Gateway {
         let host = target_name(&target);
         let what = format!("{} {host}{path}", head.method);
         let tls_upstream = tls_to.is_some();
+        let carried = carried_http(tls_upstream);
         let verdict = self.judge(
             &target,
             &host,
@@ -1163,7 +1201,11 @@ impl Gateway {
             relay.await
         } else {
             match self
-                .unless_revoked(&target, port, http_request(&head.method, &path), relay)
+                .unless_revoked(
+                    (&target, port, carried),
+                    http_request(&head.method, &path),
+                    relay,
+                )
                 .await
             {
                 Ok(sent) => sent,
@@ -1280,7 +1322,7 @@ impl Gateway {
                     upstream,
                     &response,
                     websocket,
-                    (&target, &host, port, &path),
+                    (&target, &host, port, &path, carried),
                 )
                 .await
                 .map(|switched| {
@@ -1365,7 +1407,11 @@ impl Gateway {
         // close.
         let down = if streaming {
             match self
-                .unless_revoked(&target, port, http_request(&head.method, &path), relay)
+                .unless_revoked(
+                    (&target, port, carried),
+                    http_request(&head.method, &path),
+                    relay,
+                )
                 .await
             {
                 Ok(down) => down,
@@ -1432,7 +1478,7 @@ impl Gateway {
         upstream: &mut Option<Upstream>,
         response: &ResponseHead,
         asked: bool,
-        (target, host, port, path): (&Target, &str, u16, &str),
+        (target, host, port, path, carried): (&Target, &str, u16, &str, Protocol),
     ) -> std::io::Result<Switched> {
         let Some(mut up) = upstream.take() else {
             return Ok(Switched::Refused);
@@ -1481,7 +1527,7 @@ impl Gateway {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 Switched::Relayed((up_early + a, down_early + b))
             }
-            revoked = self.until_revoked(target, port, Some(request)) => {
+            revoked = self.until_revoked(target, port, carried, Some(request)) => {
                 Switched::Revoked(revoked, (up_early, down_early))
             }
         })
@@ -1860,6 +1906,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.inner).poll_shutdown(cx)
     }
+}
+
+/// What an HTTP request is carried as: `https` inside an intercepted TLS connection (whose
+/// upstream is TLS too), `http` in the clear.
+pub(crate) fn carried_http(tls: bool) -> Protocol {
+    if tls { Protocol::Https } else { Protocol::Http }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use capgate_policy::{Reason, Verdict};
+use capgate_policy::{Protocol, Reason, Verdict};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -72,7 +72,7 @@ impl Gateway {
         let name = crate::proxy::target_name(&target);
         let verdict = self
             .sentinel_in_host(&name)
-            .unwrap_or_else(|| self.decide_connection(&target, port));
+            .unwrap_or_else(|| self.decide_connection(&target, port, Protocol::Tcp));
         if !verdict.is_allowed() {
             self.record(&name, port, &verdict, (0, 0));
             return reply(&mut client, REP_NOT_ALLOWED).await;
@@ -125,7 +125,7 @@ impl Gateway {
         tokio::select! {
             relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
             // A connection opened under install grants ends when they stop holding.
-            revoked = self.until_revoked(&target, port, None) => {
+            revoked = self.until_revoked(&target, port, Protocol::Tcp, None) => {
                 self.record(&name, port, &revoked, (0, 0));
             }
         }

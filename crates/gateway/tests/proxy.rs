@@ -2171,3 +2171,92 @@ async fn a_read_only_tier_lets_reads_out_and_refuses_changes() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("hello from secure.test"), "{out}");
 }
+
+/// Egress triples (`dev.capgate/egress@1`): host, port and protocol must all match. An
+/// `https` triple carries TLS naming its host and nothing else of that host (no cleartext
+/// request, no non-TLS tunnel, no SOCKS); an `http` triple cleartext requests only; a `tcp`
+/// triple any stream, SOCKS included. Each refusal beside the twin that passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_triples_grant_host_port_and_protocol_together() {
+    use capgate_spec::caps::pack::{Egress, EgressProtocol};
+    let h = harness(false).await;
+    let triple = |host: &str, protocol| Egress {
+        host: host.to_owned(),
+        port: h.ports[host],
+        protocol,
+    };
+    let triples = [
+        triple("secure.test", EgressProtocol::Https),
+        triple("plain.test", EgressProtocol::Http),
+        triple("sink.test", EgressProtocol::Tcp),
+        // A cleartext server granted as https: what reaches it would be a non-TLS tunnel.
+        triple("install.test", EgressProtocol::Https),
+    ];
+    // The pack's rules alone, as a sandbox created from it holds them.
+    let rules: Vec<Rule> =
+        capgate_policy::provision::egress_rules("t", &triples.iter().collect::<Vec<_>>())
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| stored(&format!("e{i}"), n))
+            .collect();
+    assert_eq!(rules.len(), 3);
+    h.policy.replace(Matcher::compile(&rules));
+
+    // https: TLS naming the host passes (an opaque tunnel); the same host and port in
+    // cleartext, or through SOCKS, does not.
+    let (code, out) = curl(&h, &[&url(&h, "https", "secure.test", "/tls")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from secure.test"), "{out}");
+    let (_, out) = curl(&h, &["-i", &url(&h, "http", "secure.test", "/clear")]).await;
+    assert!(
+        out.contains("403 Forbidden") && out.contains("X-Capgate-Reason: no_matching_allow"),
+        "{out}"
+    );
+    let (code, out) = curl_socks(&h, &url(&h, "https", "secure.test", "/socks")).await;
+    assert_ne!(code, 0, "{out}");
+    let seen = h.seen["secure.test"].lock().unwrap().requests.join("\n");
+    assert!(seen.contains("/tls"), "{seen}");
+    assert!(
+        !seen.contains("/clear") && !seen.contains("/socks"),
+        "{seen}"
+    );
+    // A CONNECT tunnel to an https grant that carries no TLS is cut before the upstream.
+    let port = h.ports["install.test"];
+    let out = raw(
+        &h,
+        format!("CONNECT install.test:{port} HTTP/1.1\r\nHost: install.test:{port}\r\n\r\nGET /not-tls HTTP/1.1\r\nHost: install.test\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(!out.contains("hello from"), "{out}");
+    assert!(h.seen["install.test"].lock().unwrap().requests.is_empty());
+
+    // http: cleartext requests pass; a tunnel (even one carrying TLS elsewhere) does not.
+    let (code, out) = curl(&h, &[&url(&h, "http", "plain.test", "/clear")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from plain.test"), "{out}");
+    let (_, out) = curl(&h, &["-p", &url(&h, "http", "plain.test", "/tunnelled")]).await;
+    assert!(out.contains("\n000 403"), "the tunnel is refused: {out}");
+    let (code, out) = curl_socks(&h, &url(&h, "http", "plain.test", "/socks")).await;
+    assert_ne!(code, 0, "{out}");
+    let seen = h.seen["plain.test"].lock().unwrap().requests.join("\n");
+    assert!(
+        !seen.contains("/tunnelled") && !seen.contains("/socks"),
+        "{seen}"
+    );
+
+    // tcp: any stream, SOCKS included, and cleartext HTTP too.
+    let (code, out) = curl_socks(&h, &url(&h, "http", "sink.test", "/socks")).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = curl(&h, &["-p", &url(&h, "http", "sink.test", "/tunnelled")]).await;
+    assert_eq!(code, 0, "{out}");
+    let seen = h.seen["sink.test"].lock().unwrap().requests.join("\n");
+    assert!(
+        seen.contains("/socks") && seen.contains("/tunnelled"),
+        "{seen}"
+    );
+
+    // Another port of an https host is another grant: none.
+    let (_, out) = curl(&h, &["-i", "https://secure.test:1/"]).await;
+    assert!(!out.contains("hello from"), "{out}");
+}

@@ -11,8 +11,9 @@
 //!
 //! Semantics (deny always wins, across every scope and source; see `decide`):
 //! - a rule applies when its scope applies to the query's sandbox, its phase is unset or
-//!   the query's, and its protocol is `any` or the query's (a deny rule for either
-//!   protocol also applies to a query for `any`, which asks about both);
+//!   the query's, and its protocol covers the query's (`any` covers all, `tcp` covers
+//!   `http` and `https`; a deny rule for any protocol also applies to a query for `any`,
+//!   which asks about all);
 //! - an *unbounded* rule (no methods, no paths) speaks about the whole connection; a
 //!   *bounded* rule only about the HTTP requests it matches;
 //! - among several matching rules of the category that decides, the first in the order
@@ -219,8 +220,7 @@ impl Entry {
     fn applies(&self, query: &Query) -> bool {
         self.port.matches(query.port)
             && self.phase.is_none_or(|p| p == query.phase)
-            && (self.protocol == Protocol::Any
-                || self.protocol == query.protocol
+            && (self.protocol.covers(query.protocol)
                 || (self.decision == Decision::Deny && query.protocol == Protocol::Any))
     }
 }
@@ -600,7 +600,7 @@ impl Matcher {
             .iter()
             .filter(|o| o.sandbox.as_deref().is_none_or(|s| s == sandbox))
             .filter(|o| o.phase.is_none_or(|p| p == phase))
-            .filter(|o| matches!(o.protocol, Protocol::Any | Protocol::Tcp))
+            .filter(|o| o.protocol == Protocol::Any || o.protocol.is_over_tcp())
             .map(|o| o.net)
             .collect();
         out.sort_unstable();
@@ -724,14 +724,13 @@ impl Matcher {
                 .map_or(tally.bounded_allow_host, |_| None),
         );
         if let Some(rule) = inspected_for
-            && query.protocol != Protocol::Tcp
+            && !query.protocol.is_over_tcp()
         {
             let prefix = [shown.as_str(), " is judged per HTTP request by "];
-            let suffix = match query.protocol {
-                Protocol::Udp => ", and udp traffic cannot be inspected",
-                Protocol::Tcp | Protocol::Any => {
-                    ", and traffic that may not be tcp cannot be inspected"
-                }
+            let suffix = if query.protocol == Protocol::Udp {
+                ", and udp traffic cannot be inspected"
+            } else {
+                ", and traffic that may not be tcp cannot be inspected"
             };
             return self.by_rule(
                 rule,
@@ -1077,5 +1076,61 @@ mod tests {
     fn matcher_is_shareable() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Matcher>();
+    }
+
+    /// An `https` rule grants TLS and nothing else on its host and port; a `tcp` rule
+    /// grants HTTP and HTTPS too; a `tcp` deny refuses them; `http` is cleartext only.
+    #[test]
+    fn protocols_cover_what_they_name() {
+        let carried = |p: Protocol| Query {
+            protocol: p,
+            ..connect("api.example", 443)
+        };
+        let with = |p: Protocol, d: Decision| Rule {
+            protocol: p,
+            ..rule("a", d, &["api.example:443"])
+        };
+        let allowed =
+            |rules: &[Rule], p: Protocol| Matcher::compile(rules).decide(&carried(p)).is_allowed();
+        let https = [with(Protocol::Https, Decision::Allow)];
+        assert!(allowed(&https, Protocol::Https));
+        for p in [Protocol::Tcp, Protocol::Http, Protocol::Udp, Protocol::Any] {
+            assert!(!allowed(&https, p), "{p}");
+        }
+        let http = [with(Protocol::Http, Decision::Allow)];
+        assert!(allowed(&http, Protocol::Http));
+        assert!(!allowed(&http, Protocol::Https) && !allowed(&http, Protocol::Tcp));
+        let tcp = [with(Protocol::Tcp, Decision::Allow)];
+        for p in [Protocol::Tcp, Protocol::Http, Protocol::Https] {
+            assert!(allowed(&tcp, p), "{p}");
+        }
+        assert!(!allowed(&tcp, Protocol::Udp));
+        // Deny wins whatever protocol carried the traffic its rule covers.
+        let denied = [
+            with(Protocol::Https, Decision::Allow),
+            Rule {
+                id: "d".into(),
+                ..with(Protocol::Tcp, Decision::Deny)
+            },
+        ];
+        assert_eq!(
+            Matcher::compile(&denied)
+                .decide(&carried(Protocol::Https))
+                .reason,
+            Reason::DeniedByRule
+        );
+        // A bounded rule's traffic can be inspected when it is HTTP or HTTPS.
+        let bounded = [Rule {
+            methods: Some(vec![Method::Get]),
+            ..with(Protocol::Tcp, Decision::Allow)
+        }];
+        let v = Matcher::compile(&bounded).decide(&carried(Protocol::Https));
+        assert!(v.is_allowed() && v.inspect, "{v:?}");
+        let bounded_deny = [Rule {
+            methods: Some(vec![Method::Delete]),
+            ..with(Protocol::Tcp, Decision::Deny)
+        }];
+        let v = Matcher::compile(&bounded_deny).decide(&carried(Protocol::Any));
+        assert_eq!(v.reason, Reason::InspectionRequired);
     }
 }

@@ -3,7 +3,7 @@
 //! is created again.
 
 use capgate_spec::caps::network::{HostEntry, Method, NetworkPolicy, PhaseRules};
-use capgate_spec::caps::pack::Tier;
+use capgate_spec::caps::pack::{Egress, EgressProtocol, Tier};
 
 use crate::rule::{Decision, Phase, Protocol};
 use crate::store::NewRule;
@@ -64,6 +64,39 @@ pub fn kit_rules(
         out.push(rule);
     }
     out
+}
+
+/// The rules a pack's egress triples (`dev.capgate/egress@1`) provision: one runtime allow
+/// per protocol, `kit:NAME:egress:https` (rule protocol `https`: a TLS tunnel naming the
+/// host, or requests inside an intercepted one), `…:http` (cleartext requests) and
+/// `…:tcp` (any TCP stream), each naming its `host:port`s.
+pub fn egress_rules(sandbox: &str, triples: &[&Egress]) -> Vec<NewRule> {
+    EgressProtocol::ALL
+        .into_iter()
+        .filter_map(|protocol| {
+            let hosts: Vec<String> = triples
+                .iter()
+                .filter(|t| t.protocol == protocol)
+                .map(|t| t.host_port())
+                .collect();
+            if hosts.is_empty() {
+                return None;
+            }
+            let mut rule = NewRule::provisioned(
+                format!("kit:{sandbox}:egress:{protocol}"),
+                sandbox,
+                Decision::Allow,
+                dedup(hosts),
+                match protocol {
+                    EgressProtocol::Https => Protocol::Https,
+                    EgressProtocol::Http => Protocol::Http,
+                    EgressProtocol::Tcp => Protocol::Tcp,
+                },
+            );
+            rule.phase = Some(Phase::Runtime);
+            Some(rule)
+        })
+        .collect()
 }
 
 /// `rules` with every allow bounded to the reading methods; denies are kept as written.
@@ -273,5 +306,52 @@ mod tests {
             kit_rules("s", Some(&p), Some(Tier::Unrestricted)),
             kit_rules("s", Some(&p), None)
         );
+    }
+
+    #[test]
+    fn egress_triples_become_one_runtime_allow_per_protocol() {
+        let triple = |host: &str, port: u16, protocol| Egress {
+            host: host.to_owned(),
+            port,
+            protocol,
+        };
+        let triples = [
+            triple("api.openai.com", 443, EgressProtocol::Https),
+            triple("Hooks.Slack.com", 443, EgressProtocol::Https),
+            triple("2001:db8::1", 5432, EgressProtocol::Tcp),
+            triple("api.openai.com", 443, EgressProtocol::Https),
+        ];
+        let rules = egress_rules("p", &triples.iter().collect::<Vec<_>>());
+        let shape: Vec<(&str, Vec<&str>, Protocol)> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.resources.iter().map(String::as_str).collect(),
+                    r.protocol,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (
+                    "kit:p:egress:https",
+                    vec!["api.openai.com:443", "hooks.slack.com:443"],
+                    Protocol::Https
+                ),
+                (
+                    "kit:p:egress:tcp",
+                    vec!["[2001:db8::1]:5432"],
+                    Protocol::Tcp
+                ),
+            ]
+        );
+        for r in &rules {
+            assert_eq!(r.phase, Some(Phase::Runtime));
+            assert_eq!(r.decision, Decision::Allow);
+            r.validate().unwrap();
+        }
+        assert!(egress_rules("p", &[]).is_empty());
     }
 }

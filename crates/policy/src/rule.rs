@@ -76,14 +76,64 @@ pub enum Decision {
     Deny,
 }
 
-/// Which transport a rule covers.
+/// Which traffic a rule covers: a transport, or (for the egress triples of packs) one
+/// protocol carried over TCP. In a query it says what the gateway is carrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
+    /// Every TCP stream, HTTP and HTTPS included.
     Tcp,
     Udp,
     /// Both TCP and UDP.
     Any,
+    /// Cleartext HTTP requests (absolute-form through the proxy).
+    Http,
+    /// TLS: a tunnel whose first bytes are a TLS ClientHello naming the host, or the HTTP
+    /// requests inside an intercepted one.
+    Https,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 5] = [
+        Protocol::Tcp,
+        Protocol::Udp,
+        Protocol::Any,
+        Protocol::Http,
+        Protocol::Https,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Any => "any",
+            Protocol::Http => "http",
+            Protocol::Https => "https",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// Whether traffic of this protocol is carried over TCP (and so can be inspected).
+    pub fn is_over_tcp(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Http | Protocol::Https)
+    }
+
+    /// Whether a rule for `self` covers traffic the gateway carries as `carried`: `any`
+    /// covers all, `tcp` covers HTTP and HTTPS too, `http` and `https` only themselves.
+    pub fn covers(self, carried: Protocol) -> bool {
+        self == Protocol::Any
+            || self == carried
+            || (self == Protocol::Tcp && matches!(carried, Protocol::Http | Protocol::Https))
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Who made a rule.

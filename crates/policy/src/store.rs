@@ -37,13 +37,44 @@ pub const FILE_NAME: &str = "policy.db";
 
 /// Schema migrations, applied in order, each in its own transaction; `PRAGMA user_version`
 /// counts the ones applied. A released entry is never edited: append a new one.
-pub const MIGRATIONS: &[&str] = &[MIGRATION_1];
+pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
 
 /// The trigger that keeps rows from being deleted, as version 1 creates it. Only
 /// [`crate::audit::prune`] lifts it, inside its own transaction.
 pub(crate) const AUDIT_NO_DELETE_TRIGGER: &str =
     "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END";
+
+/// Version 2: rules may name the protocols `http` and `https` (the egress triples of
+/// packs). SQLite cannot change a CHECK, so the table is rebuilt with its rows, ids and
+/// creation order kept.
+const MIGRATION_2: &str = r"
+CREATE TABLE rules_v2 (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,  -- creation order
+    id            TEXT NOT NULL UNIQUE CHECK (id <> ''),
+    name          TEXT NOT NULL CHECK (name <> ''),
+    scope         TEXT NOT NULL
+                  CHECK (scope = 'global' OR (substr(scope, 1, 8) = 'sandbox:' AND length(scope) > 8)),
+    resource_type TEXT NOT NULL CHECK (resource_type IN ('network')),
+    decision      TEXT NOT NULL CHECK (decision IN ('allow', 'deny')),
+    resources     TEXT NOT NULL CHECK (json_valid(resources) AND json_type(resources) = 'array'
+                                       AND json_array_length(resources) > 0),
+    methods       TEXT CHECK (methods IS NULL OR (json_valid(methods) AND json_type(methods) = 'array')),
+    paths         TEXT CHECK (paths IS NULL OR (json_valid(paths) AND json_type(paths) = 'array')),
+    protocol      TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp', 'any', 'http', 'https')),
+    phase         TEXT CHECK (phase IS NULL OR phase IN ('install', 'runtime')),
+    source        TEXT NOT NULL CHECK (source IN ('kit', 'user', 'default')),
+    created_via   TEXT NOT NULL CHECK (created_via IN ('provisioned', 'added', 'default')),
+    editable      INTEGER NOT NULL CHECK (editable IN (0, 1)),
+    active        INTEGER NOT NULL CHECK (active IN (0, 1)),
+    created_at    TEXT NOT NULL,
+    CHECK (created_via <> 'provisioned' OR (editable = 0 AND scope <> 'global'))
+) STRICT;
+INSERT INTO rules_v2 SELECT * FROM rules;
+DROP TABLE rules;
+ALTER TABLE rules_v2 RENAME TO rules;
+CREATE INDEX rules_by_scope ON rules (scope);
+";
 
 /// Version 1: rules, sandboxes, settings, and the append-only audit log.
 const MIGRATION_1: &str = r"
@@ -1445,20 +1476,11 @@ fn parse_resource_type(s: &str) -> Option<ResourceType> {
 }
 
 fn protocol_text(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Any => "any",
-    }
+    p.as_str()
 }
 
 fn parse_protocol(s: &str) -> Option<Protocol> {
-    match s {
-        "tcp" => Some(Protocol::Tcp),
-        "udp" => Some(Protocol::Udp),
-        "any" => Some(Protocol::Any),
-        _ => None,
-    }
+    Protocol::parse(s)
 }
 
 fn source_text(s: Source) -> &'static str {
@@ -1546,7 +1568,7 @@ mod tests {
         for d in [Decision::Allow, Decision::Deny] {
             assert_eq!(parse_decision(decision_text(d)), Some(d));
         }
-        for p in [Protocol::Tcp, Protocol::Udp, Protocol::Any] {
+        for p in Protocol::ALL {
             assert_eq!(parse_protocol(protocol_text(p)), Some(p));
         }
         for s in [Source::Kit, Source::User, Source::Default] {

@@ -577,7 +577,7 @@ fn a_newer_schema_is_refused_untouched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),
@@ -606,7 +606,10 @@ fn opening_twice_migrates_once_and_a_non_database_is_an_error() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(
+        version,
+        i64::try_from(capgate_policy::store::MIGRATIONS.len()).unwrap()
+    );
     let mode: String = rusqlite::Connection::open(&path)
         .unwrap()
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -626,4 +629,56 @@ fn opening_twice_migrates_once_and_a_non_database_is_an_error() {
             .starts_with(&format!("{}: ", junk.display())),
         "{err}"
     );
+}
+
+/// A store written by version 1 of the schema opens with its rules whole (ids, order,
+/// creation times), and then takes rules for the `http` and `https` protocols, which
+/// version 1's CHECK refused.
+#[test]
+fn a_version_1_store_is_migrated_with_its_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(capgate_policy::store::MIGRATIONS[0])
+            .unwrap();
+        conn.execute_batch("PRAGMA user_version = 1;").unwrap();
+    }
+    let before = {
+        // Rules as version 1 stored them.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for (seq, host) in [(1, "a.example"), (2, "b.example")] {
+            conn.execute(
+                "INSERT INTO rules (id, name, scope, resource_type, decision, resources, protocol, source, created_via, editable, active, created_at)
+                 VALUES (?1, ?2, 'global', 'network', 'allow', json_array(?3), 'tcp', 'user', 'added', 1, 1, '2026-01-01T00:00:00.000Z')",
+                rusqlite::params![format!("r-{seq}"), format!("user:{host}"), host],
+            )
+            .unwrap();
+        }
+        2
+    };
+    let mut store = Store::open(&path).unwrap();
+    let rules = store.rules(&RuleFilter::default()).unwrap();
+    assert_eq!(rules.len(), before);
+    assert_eq!(
+        rules.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["r-1", "r-2"]
+    );
+    assert_eq!(resources(&rules), ["a.example", "b.example"]);
+    // Refused by version 1's CHECK, taken now; a later rule still sorts after the old ones.
+    let https = NewRule::user(
+        "user:c.example".to_owned(),
+        Scope::Global,
+        Decision::Allow,
+        vec!["c.example:443".to_owned()],
+        Protocol::Https,
+    );
+    store.add_rule(https).unwrap();
+    let rules = store.rules(&RuleFilter::default()).unwrap();
+    assert_eq!(rules.last().unwrap().protocol, Protocol::Https);
+    assert_eq!(rules.len(), 3);
+    drop(store);
+    // Reopening applies nothing twice.
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.rules(&RuleFilter::default()).unwrap().len(), 3);
 }
