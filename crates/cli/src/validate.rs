@@ -317,7 +317,15 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
         let Some(descriptor) = loaded.descriptor.as_ref().filter(|_| loaded.is_valid()) else {
             continue;
         };
-        for f in capgate_resolve::lint::lint(descriptor, args.strict) {
+        let options = capgate_resolve::lint::Options {
+            strict: args.strict,
+            host_problem: &|host: &str| {
+                capgate_policy::pattern::HostPattern::parse(host)
+                    .err()
+                    .map(|e| e.to_string())
+            },
+        };
+        for f in capgate_resolve::lint::lint(descriptor, &options) {
             findings.push(Problem {
                 file: name.clone(),
                 check: Some(f.check.code()),

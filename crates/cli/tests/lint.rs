@@ -150,3 +150,26 @@ fn the_corpus_and_the_examples_lint_clean() {
     assert!(text.contains("warning[wildcard-host]"), "{text}");
     assert!(!text.contains("error["), "{text}");
 }
+
+/// A host the gateway cannot judge is named with its line, where `create` would only fail.
+#[test]
+fn a_host_the_gateway_cannot_judge_is_an_error_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pack(
+        dir.path(),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n        allow: [api.example.com, \"foo..com\"]\n",
+    );
+    // validate accepts it (the kit spec asks only for a non-empty host)…
+    let out = capgate(&["validate", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // …lint names it.
+    let out = capgate(&["lint", &file]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{file}:7:34: error[invalid-host]: capabilities[0].config.runtime.allow[1]: `foo..com` is not a valid host name: it has an empty label; the gateway cannot judge it"
+        )),
+        "{text}"
+    );
+}

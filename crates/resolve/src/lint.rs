@@ -35,10 +35,13 @@ pub enum Check {
     TierMismatch,
     /// Install-phase grants in a workload that runs no install hook.
     UnusedInstallGrant,
+    /// A host the gateway cannot judge (`foo..com`): creating a sandbox from the kit fails.
+    InvalidHost,
 }
 
 impl Check {
-    pub const ALL: [Check; 5] = [
+    pub const ALL: [Check; 6] = [
+        Check::InvalidHost,
         Check::WildcardHost,
         Check::AddressHost,
         Check::ShadowedAllow,
@@ -53,6 +56,7 @@ impl Check {
             Check::ShadowedAllow => "shadowed-allow",
             Check::TierMismatch => "tier-mismatch",
             Check::UnusedInstallGrant => "unused-install-grant",
+            Check::InvalidHost => "invalid-host",
         }
     }
 
@@ -88,11 +92,29 @@ pub struct Finding {
     pub message: String,
 }
 
+/// How to lint.
+pub struct Options<'a> {
+    /// Raise the checks a reviewer would refuse to errors.
+    pub strict: bool,
+    /// What is wrong with a host as a rule would name it (`example.com`, `*.example.com`,
+    /// `example.com:443`, `10.0.0.0/8`, `[::1]:443`), if anything: the policy's own judge,
+    /// handed in so that lint says exactly what creating a sandbox would refuse.
+    pub host_problem: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl fmt::Debug for Options<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("strict", &self.strict)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Lints one valid descriptor. Findings come in document order.
-pub fn lint(descriptor: &Descriptor, strict: bool) -> Vec<Finding> {
+pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     let entries = descriptor.declared_entries();
     let mut out = Findings {
-        strict,
+        strict: options.strict,
         list: Vec::new(),
     };
     let mut grants = Vec::new();
@@ -108,6 +130,19 @@ pub fn lint(descriptor: &Descriptor, strict: bool) -> Vec<Finding> {
         Some(Capability::Determinism(d)) => Some(d.tier),
         _ => None,
     });
+    for g in &grants {
+        for &(host, pos) in &g.hosts {
+            let as_ruled = g.resource.clone().unwrap_or_else(|| host.to_owned());
+            if let Some(problem) = (options.host_problem)(&as_ruled) {
+                out.error(
+                    Check::InvalidHost,
+                    &g.path,
+                    pos,
+                    format!("{problem}; the gateway cannot judge it, so creating a sandbox from this kit fails"),
+                );
+            }
+        }
+    }
     for g in grants.iter().filter(|g| g.allow) {
         hosts(g, &grants, &mut out);
     }
@@ -164,6 +199,8 @@ struct Grant<'n> {
     bounded: bool,
     /// Set for an egress triple (which grants only this protocol).
     egress: Option<EgressProtocol>,
+    /// For an egress triple, the `host:port` its rule names.
+    resource: Option<String>,
     path: Path,
     pos: Pos,
 }
@@ -184,6 +221,7 @@ fn egress_grant<'n>(at: &str, entry: &'n Entry, triple: &Egress) -> Grant<'n> {
         methods: None,
         bounded: false,
         egress: Some(triple.protocol),
+        resource: Some(triple.host_port()),
         path: Path::from(at).key("config").key("host"),
         pos,
     }
@@ -231,6 +269,7 @@ fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
                     bounded: item.get("methods").is_some() || item.get("paths").is_some(),
                     methods,
                     egress: None,
+                    resource: None,
                     path: base.index(i),
                     pos: item.pos,
                 });
@@ -447,6 +486,17 @@ mod tests {
         loaded.descriptor.unwrap()
     }
 
+    /// A stand-in for the policy's judge: refuses empty labels, as it does.
+    fn opts(strict: bool) -> Options<'static> {
+        Options {
+            strict,
+            host_problem: &|h: &str| {
+                h.contains("..")
+                    .then(|| format!("`{h}` has an empty label"))
+            },
+        }
+    }
+
     fn codes(findings: &[Finding]) -> Vec<(String, Severity, u32)> {
         findings
             .iter()
@@ -465,7 +515,7 @@ mod tests {
                 "  - type: {NP2}\n    config: {{runtime: {{allow: [api.example.com, {{hosts: [git.example.com], methods: [GET]}}], deny: [telemetry.example.com]}}}}\n"
             ),
         );
-        assert_eq!(lint(&d, true), vec![]);
+        assert_eq!(lint(&d, &opts(true)), vec![]);
     }
 
     #[test]
@@ -474,7 +524,7 @@ mod tests {
             "  - type: {NP2}\n    config:\n      runtime:\n        allow:\n          - \"*.openai.com\"\n          - \"**.example.com\"\n          - \"*\"\n"
         );
         let d = kit("workload", &caps);
-        let found = lint(&d, false);
+        let found = lint(&d, &opts(false));
         assert_eq!(
             codes(&found),
             [
@@ -490,7 +540,11 @@ mod tests {
             found[0].path.as_str(),
             "capabilities[0].config.runtime.allow[0]"
         );
-        assert!(lint(&d, true).iter().all(|f| f.severity == Severity::Error));
+        assert!(
+            lint(&d, &opts(true))
+                .iter()
+                .all(|f| f.severity == Severity::Error)
+        );
     }
 
     #[test]
@@ -498,7 +552,7 @@ mod tests {
         let caps = format!(
             "  - type: {NP2}\n    config:\n      runtime:\n        allow: [10.1.2.3, \"[2001:db8::1]:443\", 192.168.0.0/16, Api.Example.com, \"svc.example.com:8443\", 1.example.com]\n        deny: [api.example.com, \"svc.example.com\"]\n"
         );
-        let found = lint(&kit("workload", &caps), true);
+        let found = lint(&kit("workload", &caps), &opts(true));
         let summary: Vec<(&str, Severity)> =
             found.iter().map(|f| (f.check.code(), f.severity)).collect();
         assert_eq!(
@@ -524,7 +578,7 @@ mod tests {
         let caps = format!(
             "  - type: {NP2}\n    config:\n      install: {{deny: [api.example.com]}}\n      runtime:\n        allow: [api.example.com]\n        deny: [{{hosts: [api.example.com], methods: [DELETE]}}]\n"
         );
-        assert_eq!(lint(&kit("mixin", &caps), true), vec![]);
+        assert_eq!(lint(&kit("mixin", &caps), &opts(true)), vec![]);
     }
 
     #[test]
@@ -532,7 +586,7 @@ mod tests {
         let caps = format!(
             "  - type: {TIER}\n    config: {{tier: read-only}}\n  - type: {NP2}\n    config:\n      runtime:\n        allow:\n          - api.example.com\n          - {{hosts: [git.example.com], methods: [GET, POST]}}\n          - {{hosts: [hooks.example.com], methods: [POST]}}\n          - {{hosts: [any.example.com], methods: [ANY]}}\n  - type: com.docker.sandbox/host-mount@1\n    config: {{path: /data}}\n"
         );
-        let found = lint(&kit("workload", &caps), false);
+        let found = lint(&kit("workload", &caps), &opts(false));
         assert_eq!(
             codes(&found),
             [
@@ -545,7 +599,7 @@ mod tests {
         assert!(found[2].message.contains("host mount `/data`"));
         // The same grants under side-effect are coherent.
         let side = caps.replace("read-only", "side-effect");
-        assert_eq!(lint(&kit("workload", &side), true), vec![]);
+        assert_eq!(lint(&kit("workload", &side), &opts(true)), vec![]);
     }
 
     #[test]
@@ -555,13 +609,13 @@ mod tests {
                 "  - type: {TIER}\n    config: {{tier: {tier}}}\n  - type: {NP2}\n    config: {{runtime: {{allow: [\"**\"]}}}}\n"
             )
         };
-        let side = lint(&kit("workload", &caps("side-effect")), true);
+        let side = lint(&kit("workload", &caps("side-effect")), &opts(true));
         assert_eq!(
             side.iter().map(|f| f.check).collect::<Vec<_>>(),
             [Check::WildcardHost, Check::TierMismatch]
         );
         assert!(side.iter().all(|f| f.severity == Severity::Error));
-        let open = lint(&kit("workload", &caps("unrestricted")), false);
+        let open = lint(&kit("workload", &caps("unrestricted")), &opts(false));
         assert_eq!(
             open.iter().map(|f| f.check).collect::<Vec<_>>(),
             [Check::WildcardHost]
@@ -573,19 +627,19 @@ mod tests {
         let grants = format!(
             "  - type: {NP2}\n    config: {{install: {{allow: [registry.npmjs.org]}}}}\n  - type: com.docker.sandbox/credential@1\n    config: {{service: npm, phase: install, apiKey: {{name: NPM_TOKEN, inject: [{{domain: registry.npmjs.org}}]}}}}\n"
         );
-        let found = lint(&kit("workload", &grants), true);
+        let found = lint(&kit("workload", &grants), &opts(true));
         assert_eq!(
             found.iter().map(|f| f.check).collect::<Vec<_>>(),
             [Check::UnusedInstallGrant, Check::UnusedInstallGrant]
         );
         assert!(found[1].message.contains("credential `npm`"));
         // A mixin's install grants may serve the workload's hooks.
-        assert_eq!(lint(&kit("mixin", &grants), true), vec![]);
+        assert_eq!(lint(&kit("mixin", &grants), &opts(true)), vec![]);
         // With a hook, they are used.
         let hooked = format!(
             "{grants}  - type: com.docker.sandbox/lifecycle@1\n    config: {{install: [{{command: [npm, ci]}}]}}\n"
         );
-        assert_eq!(lint(&kit("workload", &hooked), true), vec![]);
+        assert_eq!(lint(&kit("workload", &hooked), &opts(true)), vec![]);
     }
 
     #[test]
@@ -593,7 +647,7 @@ mod tests {
         let caps = format!(
             "  - type: {TIER}\n    config: {{tier: read-only}}\n  - type: dev.capgate/egress@1\n    config: {{host: api.openai.com, port: 443, protocol: https}}\n  - type: dev.capgate/egress@1\n    config: {{host: \"*.example.org\", port: 443, protocol: https}}\n  - type: dev.capgate/egress@1\n    config: {{host: 10.0.0.7, port: 5432, protocol: tcp}}\n  - type: {NP2}\n    config: {{runtime: {{deny: [api.openai.com]}}}}\n"
         );
-        let found = lint(&kit("workload", &caps), false);
+        let found = lint(&kit("workload", &caps), &opts(false));
         let summary: Vec<(&str, u32, &str)> = found
             .iter()
             .map(|f| (f.check.code(), f.pos.line, f.path.as_str()))
@@ -611,6 +665,28 @@ mod tests {
             found[2].message.contains("tcp stream to `10.0.0.7`"),
             "{}",
             found[2].message
+        );
+    }
+
+    #[test]
+    fn hosts_the_gateway_cannot_judge_are_errors() {
+        let caps = format!(
+            "  - type: {NP2}\n    config: {{runtime: {{allow: [\"foo..com\"], deny: [\"bar..com\"]}}}}\n"
+        );
+        let found = lint(&kit("mixin", &caps), &opts(false));
+        assert_eq!(
+            found
+                .iter()
+                .map(|f| (f.check, f.severity))
+                .collect::<Vec<_>>(),
+            [
+                (Check::InvalidHost, Severity::Error),
+                (Check::InvalidHost, Severity::Error)
+            ]
+        );
+        assert_eq!(
+            found[0].message,
+            "`foo..com` has an empty label; the gateway cannot judge it, so creating a sandbox from this kit fails"
         );
     }
 }
