@@ -18,6 +18,7 @@ use capgate_policy::audit::AuditWriter;
 use capgate_policy::store::RuleFilter;
 use capgate_policy::{Matcher, Phase, Rule};
 use capgate_spec::caps::Capability;
+use capgate_spec::caps::pack::Tier;
 use clap::Subcommand;
 
 use crate::exit;
@@ -159,15 +160,17 @@ pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
 }
 
 /// The credentials of a sandbox's composition.
-fn credentials(dir: &SandboxDir) -> Result<Vec<capgate_spec::caps::credential::Credential>> {
-    let d = dir.read_composition()?;
-    Ok(d.declared_entries()
+fn credentials(
+    composition: &capgate_spec::Descriptor,
+) -> Vec<capgate_spec::caps::credential::Credential> {
+    composition
+        .declared_entries()
         .into_iter()
         .filter_map(|(_, e)| match &e.capability {
             Some(Capability::Credential(c)) => Some(c.clone()),
             _ => None,
         })
-        .collect())
+        .collect()
 }
 
 pub fn rules_for(store: &capgate_policy::Store, sandbox: &str) -> Result<Vec<Rule>> {
@@ -188,7 +191,12 @@ pub fn config(
 ) -> Result<GatewayConfig> {
     capgate_gateway::tls::install_crypto_provider();
     let dir = SandboxDir::of(sandbox)?;
-    let creds = credentials(&dir)?;
+    let composition = dir.read_composition()?;
+    let creds = credentials(&composition);
+    let read_only = composition
+        .declared_entries()
+        .iter()
+        .any(|(_, e)| matches!(&e.capability, Some(Capability::Determinism(d)) if d.tier == Tier::ReadOnly));
     let services: Vec<String> = creds.iter().map(|c| c.service.clone()).collect();
     let sentinels = dir.sentinels(&services)?;
     let broker = Broker::new(&creds, &sentinels, secrets()?.all()?);
@@ -219,6 +227,7 @@ pub fn config(
         broker,
         audit: Some(Arc::new(audit)),
         limits: Limits::default(),
+        read_only,
     })
 }
 
@@ -298,7 +307,7 @@ pub fn workload_env(
     ca_bundle: &str,
 ) -> Result<BTreeMap<String, String>> {
     let dir = SandboxDir::of(sandbox)?;
-    let creds = credentials(&dir)?;
+    let creds = credentials(&dir.read_composition()?);
     let services: Vec<String> = creds.iter().map(|c| c.service.clone()).collect();
     let sentinels = dir.sentinels(&services)?;
     let mut env = BTreeMap::new();

@@ -352,6 +352,10 @@ fn describe_resources(r: &Rule) -> String {
     if let Some(p) = &r.paths {
         let _ = write!(s, " paths={}", p.join(","));
     }
+    // tcp (the default of an allow) and any (of a deny) go unsaid; the rest narrows.
+    if !matches!(r.protocol, Protocol::Tcp | Protocol::Any) {
+        let _ = write!(s, " protocol={}", r.protocol);
+    }
     s
 }
 

@@ -80,9 +80,9 @@ pub fn kit_rules(name: &str, plan: &Plan) -> Vec<capgate_policy::store::NewRule>
             _ => None,
         })
         .collect();
-    let mut rules =
-        capgate_policy::provision::kit_rules(name, network_policy(plan), determinism_tier(plan));
-    rules.extend(capgate_policy::provision::egress_rules(name, &egress));
+    let tier = determinism_tier(plan);
+    let mut rules = capgate_policy::provision::kit_rules(name, network_policy(plan), tier);
+    rules.extend(capgate_policy::provision::egress_rules(name, &egress, tier));
     rules
 }
 

@@ -558,6 +558,11 @@ fn egress_triples_are_protocol_rules_that_check_judges() {
         egress["resources"],
         serde_json::json!(["api.openai.com:443"])
     );
+    let table = text(&h.run(&["policy", "ls", "--sandbox", "p"]));
+    assert!(
+        table.contains("api.openai.com:443 protocol=https"),
+        "the table says what the rule is for: {table}"
+    );
 
     let check = |args: &[&str]| {
         let mut all = vec!["policy", "check", "network", "--sandbox", "p"];

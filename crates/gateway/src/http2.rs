@@ -198,7 +198,21 @@ impl Tunnel {
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
         let what = Some((method.as_str(), path.as_str()));
         let host = self.host.as_str();
-        match self.prepare(parts, &path, &path_and_query) {
+        // What the rules let through, a read-only tier may still hold back.
+        let prepared = self.prepare(parts, &path, &path_and_query).and_then(|ok| {
+            match self
+                .gw
+                .read_only_refusal(&method, !body.is_end_stream(), false)
+            {
+                Some(v) => {
+                    let what = format!("{method} {host}{path}");
+                    let text = respond::refusal_body(&v, self.gw.sandbox(), &what);
+                    Err((403, v, text))
+                }
+                None => Ok(ok),
+            }
+        });
+        match prepared {
             Ok((forward, verdict)) => {
                 // Aborted with its connection, the stream is still recorded.
                 let mut unfinished = Unfinished {

@@ -144,6 +144,10 @@ pub struct GatewayConfig {
     pub broker: Broker,
     pub audit: Option<Arc<AuditWriter>>,
     pub limits: Limits,
+    /// The sandbox's determinism tier is `read-only` (`dev.capgate/determinism@1`): in the
+    /// runtime phase only `GET`, `HEAD` and `OPTIONS` requests without a body leave, and no
+    /// protocol switch, whatever the rules allow (they cannot name extension methods).
+    pub read_only: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -319,6 +323,36 @@ impl Gateway {
             Some(m) => m.decide(&query),
             None => Verdict::refused(Reason::InternalError, "the policy could not be read"),
         }
+    }
+
+    /// A read-only sandbox's refusal of a request that could change something: any method
+    /// but `GET`, `HEAD` and `OPTIONS` (extension methods included), a body, a protocol
+    /// switch. `None` when the request only reads, or the sandbox is not read-only, or its
+    /// install hooks are running (set-up keeps its grants).
+    pub(crate) fn read_only_refusal(
+        &self,
+        method: &str,
+        has_body: bool,
+        upgrade: bool,
+    ) -> Option<Verdict> {
+        if !self.cfg().read_only || self.cfg().phase.get() != Phase::Runtime {
+            return None;
+        }
+        let why = if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
+            format!("`{}` may change something", printable_method(method))
+        } else if has_body {
+            format!("a `{method}` with a body may change something")
+        } else if upgrade {
+            "a protocol switch would carry anything past the request".to_owned()
+        } else {
+            return None;
+        };
+        Some(Verdict::refused(
+            Reason::HttpNotAllowed,
+            format!(
+                "{why}, and the sandbox's determinism tier is read-only: only GET, HEAD and OPTIONS requests without a body leave"
+            ),
+        ))
     }
 
     /// Decides one HTTP request (`method`, normalized `path`) to `host` (normalized from
@@ -825,6 +859,18 @@ impl Gateway {
                 Ok(SniPeek::NotTls) => {
                     carried = Protocol::Tcp;
                     let v = self.decide(target, port, carried, None);
+                    if v.is_allowed() && v.inspect {
+                        // Granted for some HTTP requests only: an opaque stream cannot be
+                        // judged request by request.
+                        let v = Verdict::refused(
+                            Reason::InspectionRequired,
+                            format!(
+                                "this tunnel to `{host}:{port}` is not TLS, and the host is granted for some HTTP requests only, which an opaque tunnel cannot be judged by"
+                            ),
+                        );
+                        self.audit_verdict(host, port, &v, None, (0, 0));
+                        return Ok(());
+                    }
                     if !v.is_allowed() {
                         let v = if v.reason == Reason::NoMatchingAllow {
                             Verdict::refused(
@@ -1084,7 +1130,7 @@ impl Gateway {
         let what = format!("{} {host}{path}", head.method);
         let tls_upstream = tls_to.is_some();
         let carried = carried_http(tls_upstream);
-        let verdict = self.judge(
+        let mut verdict = self.judge(
             &target,
             &host,
             port,
@@ -1093,6 +1139,16 @@ impl Gateway {
             &mut head.headers,
             tls_upstream,
         );
+        // What the rules let through, a read-only tier may still hold back.
+        if verdict.is_allowed()
+            && let Some(refused) = self.read_only_refusal(
+                &head.method,
+                head.framing != Framing::None,
+                h1::is_websocket_upgrade(&head),
+            )
+        {
+            verdict = refused;
+        }
         if !verdict.is_allowed() {
             // A request that tried to carry a sentinel away ends its connection; after any
             // other refusal the connection goes on when no body is left unread.
@@ -1906,6 +1962,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.inner).poll_shutdown(cx)
     }
+}
+
+/// A method as sent, for a message: any byte outside a token's characters spelled out.
+fn printable_method(method: &str) -> String {
+    capgate_spec::text::printable(method).into_owned()
 }
 
 /// What an HTTP request is carried as: `https` inside an intercepted TLS connection (whose

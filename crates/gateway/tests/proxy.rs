@@ -284,6 +284,17 @@ async fn harness_full(
     limits: Limits,
     extra: Vec<Rule>,
 ) -> Harness {
+    harness_tiered(with_credential, allow_everything, limits, extra, false).await
+}
+
+/// `read_only`: the sandbox's determinism tier is read-only.
+async fn harness_tiered(
+    with_credential: bool,
+    allow_everything: bool,
+    limits: Limits,
+    extra: Vec<Rule>,
+    read_only: bool,
+) -> Harness {
     install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     // The upstreams' own CA, which only the gateway trusts.
@@ -413,6 +424,7 @@ async fn harness_full(
         broker,
         audit: Some(Arc::clone(&audit)),
         limits,
+        read_only,
     };
     // What curl trusts: the capgate CA (intercepted hosts) and the upstreams' CA (hosts
     // tunnelled opaquely), as a sandbox trusts capgate's CA beside the public roots.
@@ -2116,7 +2128,7 @@ async fn a_read_only_tier_lets_reads_out_and_refuses_changes() {
         .map(|(i, n)| stored(&format!("ro{i}"), n))
         .collect();
     assert_eq!(extra.len(), 1);
-    let h = harness_full(false, false, Limits::default(), extra).await;
+    let h = harness_tiered(false, false, Limits::default(), extra, true).await;
     for scheme in ["http", "https"] {
         let host = if scheme == "http" {
             "plain.test"
@@ -2149,6 +2161,59 @@ async fn a_read_only_tier_lets_reads_out_and_refuses_changes() {
         let requests = h.seen[host].lock().unwrap().requests.join("\n");
         assert!(requests.contains("GET /read"), "{requests}");
         assert!(!requests.contains("/write"), "{requests}");
+    }
+    // What no rule can name is refused by the tier itself: an extension method, a body on
+    // a reading method, a protocol switch; over HTTP/1.1 and HTTP/2 alike.
+    for (what, args) in [
+        ("extension method", vec!["-X", "PROPPATCH", "-d", "<x/>"]),
+        ("GET with a body", vec!["-X", "GET", "-d", "mutation"]),
+        (
+            "websocket",
+            vec![
+                "-H",
+                "Connection: Upgrade",
+                "-H",
+                "Upgrade: websocket",
+                "-H",
+                "Sec-WebSocket-Version: 13",
+                "-H",
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+            ],
+        ),
+    ] {
+        for target in [
+            url(&h, "http", "plain.test", "/tier"),
+            url(&h, "https", "secure.test", "/tier"),
+        ] {
+            let mut full = vec!["-i"];
+            full.extend(args.iter().copied());
+            full.push(&target);
+            let (_, out) = curl(&h, &full).await;
+            assert!(
+                out.contains("403 Forbidden")
+                    && out.contains("X-Capgate-Reason: http_not_allowed")
+                    && out.contains("determinism tier is read-only"),
+                "{what} to {target}: {out}"
+            );
+        }
+    }
+    let (_, out) = curl_h2(
+        &h,
+        &[
+            "-i",
+            "-X",
+            "PROPPATCH",
+            &url(&h, "https", "h2open.test", "/tier"),
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("403") && out.contains("determinism tier is read-only"),
+        "{out}"
+    );
+    for host in ["plain.test", "secure.test", "h2open.test"] {
+        let requests = h.seen[host].lock().unwrap().requests.join("\n");
+        assert!(!requests.contains("/tier"), "{host}: {requests}");
     }
     // Opaque traffic cannot be held to reading: SOCKS to an allowed host is refused.
     let (code, out) = curl_socks(&h, &url(&h, "https", "other.test", "/socks")).await;
@@ -2194,7 +2259,7 @@ async fn egress_triples_grant_host_port_and_protocol_together() {
     ];
     // The pack's rules alone, as a sandbox created from it holds them.
     let rules: Vec<Rule> =
-        capgate_policy::provision::egress_rules("t", &triples.iter().collect::<Vec<_>>())
+        capgate_policy::provision::egress_rules("t", &triples.iter().collect::<Vec<_>>(), None)
             .into_iter()
             .enumerate()
             .map(|(i, n)| stored(&format!("e{i}"), n))
@@ -2255,6 +2320,29 @@ async fn egress_triples_grant_host_port_and_protocol_together() {
         seen.contains("/socks") && seen.contains("/tunnelled"),
         "{seen}"
     );
+
+    // An https triple beside a GET-only allow of the same host: a non-TLS tunnel is now
+    // judged as tcp, which only the bounded allow grants; an opaque stream cannot be held
+    // to it, so nothing is forwarded (the first bytes included).
+    let mut bounded = NewRule::provisioned(
+        "kit:t:http".to_owned(),
+        "t",
+        Decision::Allow,
+        vec!["install.test".to_owned()],
+        Protocol::Tcp,
+    );
+    bounded.methods = Some(vec![Method::Get]);
+    let mut with_bounded = rules.clone();
+    with_bounded.push(stored("b", bounded));
+    h.policy.replace(Matcher::compile(&with_bounded));
+    let out = raw(
+        &h,
+        format!("CONNECT install.test:{port} HTTP/1.1\r\nHost: install.test:{port}\r\n\r\nDELETE /tunnel-delete HTTP/1.1\r\nHost: install.test\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(!out.contains("hello from"), "{out}");
+    assert!(h.seen["install.test"].lock().unwrap().requests.is_empty());
+    h.policy.replace(Matcher::compile(&rules));
 
     // Another port of an https host is another grant: none.
     let (_, out) = curl(&h, &["-i", "https://secure.test:1/"]).await;

@@ -12,8 +12,8 @@
 //! Semantics (deny always wins, across every scope and source; see `decide`):
 //! - a rule applies when its scope applies to the query's sandbox, its phase is unset or
 //!   the query's, and its protocol covers the query's (`any` covers all, `tcp` covers
-//!   `http` and `https`; a deny rule for any protocol also applies to a query for `any`,
-//!   which asks about all);
+//!   `http` and `https`; a deny rule also applies where the traffic may be of its protocol:
+//!   to a query for `any`, and an `http` or `https` deny to a query for `tcp`);
 //! - an *unbounded* rule (no methods, no paths) speaks about the whole connection; a
 //!   *bounded* rule only about the HTTP requests it matches;
 //! - among several matching rules of the category that decides, the first in the order
@@ -221,7 +221,10 @@ impl Entry {
         self.port.matches(query.port)
             && self.phase.is_none_or(|p| p == query.phase)
             && (self.protocol.covers(query.protocol)
-                || (self.decision == Decision::Deny && query.protocol == Protocol::Any))
+                // A deny also applies where the traffic may be of its protocol: a query for
+                // `any`, or for `tcp` (which may carry HTTP or TLS) under an http/https deny.
+                || (self.decision == Decision::Deny
+                    && (query.protocol == Protocol::Any || query.protocol.covers(self.protocol))))
     }
 }
 
@@ -1119,6 +1122,33 @@ mod tests {
                 .reason,
             Reason::DeniedByRule
         );
+        // An http or https deny also refuses a tcp stream (SOCKS, a non-TLS tunnel), which
+        // may carry what it denies.
+        for denied_protocol in [Protocol::Http, Protocol::Https] {
+            let rules = [
+                with(Protocol::Tcp, Decision::Allow),
+                Rule {
+                    id: "d".into(),
+                    ..with(denied_protocol, Decision::Deny)
+                },
+            ];
+            assert_eq!(
+                Matcher::compile(&rules)
+                    .decide(&carried(Protocol::Tcp))
+                    .reason,
+                Reason::DeniedByRule,
+                "{denied_protocol}"
+            );
+        }
+        let https_deny = [
+            with(Protocol::Tcp, Decision::Allow),
+            Rule {
+                id: "d".into(),
+                ..with(Protocol::Https, Decision::Deny)
+            },
+        ];
+        // …but not the other protocol it does not name.
+        assert!(allowed(&https_deny, Protocol::Http));
         // A bounded rule's traffic can be inspected when it is HTTP or HTTPS.
         let bounded = [Rule {
             methods: Some(vec![Method::Get]),

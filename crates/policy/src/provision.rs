@@ -70,7 +70,10 @@ pub fn kit_rules(
 /// per protocol, `kit:NAME:egress:https` (rule protocol `https`: a TLS tunnel naming the
 /// host, or requests inside an intercepted one), `…:http` (cleartext requests) and
 /// `…:tcp` (any TCP stream), each naming its `host:port`s.
-pub fn egress_rules(sandbox: &str, triples: &[&Egress]) -> Vec<NewRule> {
+///
+/// Under a `read-only` tier each is bounded to [`READ_ONLY_METHODS`], like the kit's other
+/// runtime allows.
+pub fn egress_rules(sandbox: &str, triples: &[&Egress], tier: Option<Tier>) -> Vec<NewRule> {
     EgressProtocol::ALL
         .into_iter()
         .filter_map(|protocol| {
@@ -94,6 +97,9 @@ pub fn egress_rules(sandbox: &str, triples: &[&Egress]) -> Vec<NewRule> {
                 },
             );
             rule.phase = Some(Phase::Runtime);
+            if tier == Some(Tier::ReadOnly) {
+                rule.methods = Some(READ_ONLY_METHODS.to_vec());
+            }
             Some(rule)
         })
         .collect()
@@ -321,7 +327,8 @@ mod tests {
             triple("2001:db8::1", 5432, EgressProtocol::Tcp),
             triple("api.openai.com", 443, EgressProtocol::Https),
         ];
-        let rules = egress_rules("p", &triples.iter().collect::<Vec<_>>());
+        let triples: Vec<&Egress> = triples.iter().collect();
+        let rules = egress_rules("p", &triples, None);
         let shape: Vec<(&str, Vec<&str>, Protocol)> = rules
             .iter()
             .map(|r| {
@@ -352,6 +359,10 @@ mod tests {
             assert_eq!(r.decision, Decision::Allow);
             r.validate().unwrap();
         }
-        assert!(egress_rules("p", &[]).is_empty());
+        assert!(egress_rules("p", &[], None).is_empty());
+        // A read-only pack reads through its triples too.
+        for r in egress_rules("p", &triples, Some(Tier::ReadOnly)) {
+            assert_eq!(r.methods, Some(READ_ONLY_METHODS.to_vec()));
+        }
     }
 }
