@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use capgate_gateway::addr::DangerousMapping;
 use capgate_gateway::proxy::Gateway;
 use capgate_policy::audit::{LogQuery, Timestamp, events};
+use capgate_policy::flags::Violations;
 use capgate_policy::{Decision, Phase};
 use capgate_resolve::Plan;
 use capgate_sandbox::{
@@ -434,7 +435,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let outcome = run_provisioned(args, (&name, &plan, &base), &store, prepared);
+    let outcome = run_provisioned(args, (&name, &plan, &base), &mut store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Ok(dir) = SandboxDir::of(&name)
@@ -449,10 +450,22 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 fn run_provisioned(
     args: &RunArgs,
     (name, plan, base): (&str, &Plan, &Path),
-    store: &capgate_policy::Store,
+    store: &mut capgate_policy::Store,
     prepared: Result<Prepared, SandboxError>,
 ) -> Result<u8> {
     let started = Timestamp::now();
+    // Seed 002 flags pack versions: a workload kit that states capgate's pack types
+    // (`dev.capgate/…`). Other kits' refusals (a denied telemetry host) are routine.
+    let workload = plan.layered_units().find(|u| {
+        u.descriptor.kind == capgate_spec::Kind::Workload
+            && u.descriptor.declared_entries().iter().any(|(_, e)| {
+                e.type_name
+                    .starts_with(&format!("{}/", capgate_spec::caps::CAPGATE_NAMESPACE))
+            })
+    });
+    if let Some(w) = workload {
+        warn_if_flagged(store, w)?;
+    }
     let dir = SandboxDir::of(name)?;
     let workspace = match &args.workspace {
         Some(w) => w.clone(),
@@ -673,6 +686,17 @@ fn run_provisioned(
         let _ = a.flush();
     }
     let refused = summarize(store, name, started)?;
+    if let Some(w) = workload
+        && refused > 0
+    {
+        store.flag_kit(&Violations {
+            digest: &w.digest,
+            kit: &w.reference,
+            version: w.descriptor.version.as_deref(),
+            refusals: u64::try_from(refused).unwrap_or(u64::MAX),
+            sandbox: name,
+        })?;
+    }
     if args.fail_on_violation && refused > 0 {
         return Ok(exit::VIOLATION);
     }
@@ -845,6 +869,43 @@ fn serve_listeners(
     runtime.spawn(async move { g2.serve_socks(socks).await });
     runtime.spawn(async move { g3.serve_dns(dns).await });
     Ok(())
+}
+
+/// Seed 002's flag: a workload kit whose earlier runs were refused something is named on
+/// every run of the same bytes, until the kit changes.
+fn warn_if_flagged(store: &capgate_policy::Store, workload: &capgate_resolve::Unit) -> Result<()> {
+    let Some(flag) = store.kit_flag(&workload.digest)? else {
+        return Ok(());
+    };
+    let version = flag
+        .version
+        .as_deref()
+        .map(|v| format!(" {}", printable(v)))
+        .unwrap_or_default();
+    eprintln!(
+        "capgate: WARNING: this version of kit `{}`{version} ({}) was refused {} in {} earlier {}, the last in sandbox `{}` at {}; it stays flagged until the kit changes (see: capgate log --sandbox {})",
+        printable(&workload.reference),
+        short_digest(&flag.digest),
+        plural_requests(flag.refusals),
+        flag.runs,
+        if flag.runs == 1 { "run" } else { "runs" },
+        flag.last_sandbox,
+        flag.last_at,
+        flag.last_sandbox,
+    );
+    Ok(())
+}
+
+fn short_digest(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
+fn plural_requests(n: u64) -> String {
+    if n == 1 {
+        "1 request".to_owned()
+    } else {
+        format!("{n} requests")
+    }
 }
 
 /// Prints what the gateway refused during the run; returns how many refusals there were.

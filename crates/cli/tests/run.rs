@@ -1145,3 +1145,51 @@ echo "other_port=$(c https://api.test:1/)"
         .collect();
     assert_eq!(plain_paths, ["/clear"]);
 }
+
+/// Seed 002's flag: after a run of a pack that was refused something, every later run of
+/// the same pack bytes is warned about, naming the earlier sandbox; a changed pack is not.
+/// A kit that is not a pack (no `dev.capgate/` type) is not flagged.
+#[test]
+fn a_pack_version_is_flagged_after_a_violation_until_it_changes() {
+    let env = setup();
+    let (plain, _) = http_upstream();
+    let pack = format!(
+        "schemaVersion: \"3\"\nkind: workload\nversion: \"1.0.0\"\ncapabilities:\n  - type: dev.capgate/egress@1\n    config: {{host: plain.test, port: {plain}, protocol: http}}\n"
+    );
+    let probe = format!("curl -s -o /dev/null --max-time 5 http://other.test:{plain}/; true");
+    let run = |kit: &str, yaml: &str| {
+        let (code, _, stderr) = env.run_kit(kit, yaml, &["sh", "-c", &probe]);
+        assert_eq!(code, Some(0), "{stderr}");
+        stderr
+    };
+    let first = run("pack", &pack);
+    assert!(first.contains("refused in sandbox"), "{first}");
+    assert!(!first.contains("flagged"), "{first}");
+    let second = run("pack", &pack);
+    assert!(
+        second.contains("WARNING: this version of kit") && second.contains(" 1.0.0 (sha256:"),
+        "{second}"
+    );
+    assert!(
+        second.contains("was refused 1 request in 1 earlier run")
+            && second.contains("stays flagged until the kit changes"),
+        "{second}"
+    );
+    let third = run("pack", &pack);
+    assert!(
+        third.contains("was refused 2 requests in 2 earlier runs"),
+        "{third}"
+    );
+    // Patched (other bytes): no warning.
+    let patched = run("pack", &format!("{pack}# patched\n"));
+    assert!(!patched.contains("flagged"), "{patched}");
+
+    // The twin: an ordinary kit refused the same way is never flagged.
+    let kit = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [plain.test]}}\n";
+    run("kit", kit);
+    let again = run("kit", kit);
+    assert!(
+        again.contains("refused in sandbox") && !again.contains("flagged"),
+        "{again}"
+    );
+}

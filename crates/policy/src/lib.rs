@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod decision;
+pub mod flags;
 pub mod matcher;
 pub mod path;
 pub mod pattern;

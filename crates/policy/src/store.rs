@@ -37,13 +37,27 @@ pub const FILE_NAME: &str = "policy.db";
 
 /// Schema migrations, applied in order, each in its own transaction; `PRAGMA user_version`
 /// counts the ones applied. A released entry is never edited: append a new one.
-pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
 
 /// The trigger that keeps rows from being deleted, as version 1 creates it. Only
 /// [`crate::audit::prune`] lifts it, inside its own transaction.
 pub(crate) const AUDIT_NO_DELETE_TRIGGER: &str =
     "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END";
+
+/// Version 3: kit versions flagged after capability violations (see [`crate::flags`]).
+const MIGRATION_3: &str = r"
+CREATE TABLE kit_flags (
+    digest       TEXT PRIMARY KEY CHECK (substr(digest, 1, 7) = 'sha256:'),
+    kit          TEXT NOT NULL,
+    version      TEXT,
+    runs         INTEGER NOT NULL CHECK (runs > 0),
+    refusals     INTEGER NOT NULL CHECK (refusals > 0),
+    first_at     TEXT NOT NULL,
+    last_at      TEXT NOT NULL,
+    last_sandbox TEXT NOT NULL
+) STRICT;
+";
 
 /// Version 2: rules may name the protocols `http` and `https` (the egress triples of
 /// packs). SQLite cannot change a CHECK, so the table is rebuilt with its rows, ids and
@@ -71,6 +85,12 @@ CREATE TABLE rules_v2 (
     CHECK (created_via <> 'provisioned' OR (editable = 0 AND scope <> 'global'))
 ) STRICT;
 INSERT INTO rules_v2 SELECT * FROM rules;
+-- The creation counter goes on where it was (rules removed last keep their seq unused).
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'rules_v2', 0 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'rules_v2');
+UPDATE sqlite_sequence
+   SET seq = max(seq, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'rules'), 0))
+ WHERE name = 'rules_v2';
 DROP TABLE rules;
 ALTER TABLE rules_v2 RENAME TO rules;
 CREATE INDEX rules_by_scope ON rules (scope);

@@ -577,7 +577,7 @@ fn a_newer_schema_is_refused_untouched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
@@ -647,7 +647,7 @@ fn a_version_1_store_is_migrated_with_its_rules() {
     let before = {
         // Rules as version 1 stored them.
         let conn = rusqlite::Connection::open(&path).unwrap();
-        for (seq, host) in [(1, "a.example"), (2, "b.example")] {
+        for (seq, host) in [(1, "a.example"), (2, "b.example"), (3, "gone.example")] {
             conn.execute(
                 "INSERT INTO rules (id, name, scope, resource_type, decision, resources, protocol, source, created_via, editable, active, created_at)
                  VALUES (?1, ?2, 'global', 'network', 'allow', json_array(?3), 'tcp', 'user', 'added', 1, 1, '2026-01-01T00:00:00.000Z')",
@@ -655,6 +655,9 @@ fn a_version_1_store_is_migrated_with_its_rules() {
             )
             .unwrap();
         }
+        // The newest rule was removed: its creation number is not to be handed out again.
+        conn.execute("DELETE FROM rules WHERE id = 'r-3'", [])
+            .unwrap();
         2
     };
     let mut store = Store::open(&path).unwrap();
@@ -678,6 +681,14 @@ fn a_version_1_store_is_migrated_with_its_rules() {
     assert_eq!(rules.last().unwrap().protocol, Protocol::Https);
     assert_eq!(rules.len(), 3);
     drop(store);
+    let newest: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT max(seq) FROM rules", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        newest, 4,
+        "the creation counter went on from the removed rule's"
+    );
     // Reopening applies nothing twice.
     let store = Store::open(&path).unwrap();
     assert_eq!(store.rules(&RuleFilter::default()).unwrap().len(), 3);
