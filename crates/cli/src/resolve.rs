@@ -193,6 +193,14 @@ pub fn render_surface(surface: &Surface) -> String {
     section("Devices", &[("usb", &surface.usb)]);
     section("Egress (runtime)", &[("allow", &surface.egress)]);
     section("Services", &[("requested", &surface.services)]);
+    if let Some(write) = &surface.filesystem_write {
+        let places = if write.is_empty() {
+            "nowhere".to_owned()
+        } else {
+            write.join(", ")
+        };
+        let _ = writeln!(s, "\nWrites only beneath: {places}");
+    }
     if let Some(tier) = surface.determinism {
         let _ = writeln!(s, "\nDeterminism: {tier}");
     }

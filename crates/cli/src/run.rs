@@ -542,6 +542,15 @@ fn run_provisioned(
         },
     );
     spec.volumes = volumes(plan, base, &dir.dir)?;
+    // A pack's write places replace the sandbox's writable defaults.
+    spec.write_only = plan
+        .composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Filesystem(f)) => Some(f.write.iter().map(PathBuf::from).collect()),
+            _ => None,
+        });
     spec.etc = EtcFiles {
         shell: PathBuf::from(if Path::new("/bin/bash").exists() {
             "/bin/bash"

@@ -1193,3 +1193,64 @@ fn a_pack_version_is_flagged_after_a_violation_until_it_changes() {
         "{again}"
     );
 }
+
+/// A pack's write places (`dev.capgate/filesystem@1`): writes beneath them succeed (a
+/// missing one is made), writes anywhere else fail with EACCES, the workspace and home
+/// included, beside the twin without the capability, which writes there freely. A place
+/// beneath no writable mount refuses the run with the reason.
+#[test]
+fn a_pack_writes_only_beneath_its_write_places() {
+    let env = setup();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config: {write: [/home/agent/workspace/out/reports, /tmp]}\n";
+    let script = r#"
+w() { if sh -c "echo x > $1" 2>/dev/null; then echo "$2=ok"; else echo "$2=refused"; fi; }
+w out/reports/r.json in_place
+w /tmp/t in_tmp
+w notes.txt workspace_root
+w /home/agent/h in_home
+w out/o.json beside_place
+echo "made=$(stat -c %U out/reports)"
+python3 -c '
+import errno
+try:
+    open("escape.txt", "w")
+except OSError as e:
+    print("python_errno=" + errno.errorcode[e.errno])
+'
+"#;
+    let (code, stdout, stderr) = env.run_kit("pack", pack, &["sh", "-c", script]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| {
+        assert_eq!(
+            p.get(k).map(String::as_str),
+            Some(v),
+            "{k}:\n{stdout}\n{stderr}"
+        )
+    };
+    expect("in_place", "ok");
+    expect("in_tmp", "ok");
+    expect("workspace_root", "refused");
+    expect("in_home", "refused");
+    expect("beside_place", "refused");
+    expect("made", "agent");
+    expect("python_errno", "EACCES");
+
+    // The twin: no write places, the sandbox's defaults.
+    let plain = "schemaVersion: \"3\"\nkind: workload\n";
+    let (code, stdout, stderr) = env.run_kit("plain", plain, &["sh", "-c", script]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    for k in ["workspace_root", "in_home"] {
+        assert_eq!(p.get(k).map(String::as_str), Some("ok"), "{k}: {stdout}");
+    }
+
+    // A place the sandbox cannot make writable refuses the run, saying why.
+    let system = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config: {write: [/usr/local/out]}\n";
+    let (code, _, stderr) = env.run_kit("system", system, &["true"]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(
+        stderr.contains("/usr/local/out") && stderr.contains("not beneath a writable place"),
+        "{stderr}"
+    );
+}

@@ -688,6 +688,8 @@ fn instance_key(capability: &Capability, entry: &Entry) -> String {
         Capability::Port(p) => keyed(KnownType::Port, &p.key()),
         // One triple is one grant however its host is cased.
         Capability::Egress(e) => keyed(KnownType::Egress, &e.key()),
+        // One set of write places per sandbox: kits' lists union.
+        Capability::Filesystem(_) => KnownType::Filesystem.name().to_owned(),
         // One tier per workload: a second, different tier collides and is refused.
         Capability::Determinism(_) => KnownType::Determinism.name().to_owned(),
         Capability::Acp(a) => keyed(
@@ -811,6 +813,15 @@ fn reconcile(
             }
         }
         (C::Egress(_), C::Egress(_)) => Ok(None),
+        (C::Filesystem(x), C::Filesystem(y)) => {
+            let mut write = x.write.clone();
+            write.extend(y.write.iter().filter(|p| !x.write.contains(p)).cloned());
+            Ok((write != x.write).then(|| {
+                Held::Typed(C::Filesystem(capgate_spec::caps::pack::Filesystem {
+                    write,
+                }))
+            }))
+        }
         (C::Determinism(x), C::Determinism(y)) if x != y => Err(Refusal::new(format!(
             "{first} declares determinism tier `{}` and {second} tier `{}`; a workload has one tier, so one of them has to change",
             x.tier, y.tier

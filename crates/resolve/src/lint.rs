@@ -37,11 +37,14 @@ pub enum Check {
     UnusedInstallGrant,
     /// A host the gateway cannot judge (`foo..com`): creating a sandbox from the kit fails.
     InvalidHost,
+    /// A write place (`dev.capgate/filesystem@1`) beneath no writable mount of the sandbox.
+    UnwritablePlace,
 }
 
 impl Check {
-    pub const ALL: [Check; 6] = [
+    pub const ALL: [Check; 7] = [
         Check::InvalidHost,
+        Check::UnwritablePlace,
         Check::WildcardHost,
         Check::AddressHost,
         Check::ShadowedAllow,
@@ -57,6 +60,7 @@ impl Check {
             Check::TierMismatch => "tier-mismatch",
             Check::UnusedInstallGrant => "unused-install-grant",
             Check::InvalidHost => "invalid-host",
+            Check::UnwritablePlace => "unwritable-place",
         }
     }
 
@@ -152,6 +156,7 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     if descriptor.kind == Kind::Workload {
         unused_install_grants(&entries, &grants, &mut out);
     }
+    unwritable_places(&entries, &mut out);
     out.list
         .sort_by(|a, b| (a.pos, &a.path).cmp(&(b.pos, &b.path)));
     out.list
@@ -433,6 +438,46 @@ fn tier_mismatches(
     }
 }
 
+/// A write place must lie beneath a mount the sandbox makes writable: the workspace and
+/// home (`/home/agent`), `/tmp`, `/dev/shm`, or a volume (this kit's; another kit of the
+/// composition may mount one, so this is a warning).
+fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
+    let volumes: Vec<&str> = entries
+        .iter()
+        .filter_map(|(_, e)| match &e.capability {
+            Some(Capability::Volume(v)) => Some(v.path.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (at, entry) in entries {
+        let Some(Capability::Filesystem(f)) = &entry.capability else {
+            continue;
+        };
+        let items = entry
+            .config
+            .as_ref()
+            .and_then(|c| c.get("write"))
+            .and_then(Node::as_seq)
+            .unwrap_or_default();
+        for (i, place) in f.write.iter().enumerate() {
+            let beneath = |base: &str| std::path::Path::new(place).starts_with(base);
+            if ["/home/agent", "/tmp", "/dev/shm"].into_iter().any(beneath)
+                || volumes.iter().any(|v| beneath(v))
+            {
+                continue;
+            }
+            out.warn(
+                Check::UnwritablePlace,
+                &Path::from(at.as_str()).key("config").key("write").index(i),
+                items.get(i).map_or(Pos::UNKNOWN, |n| n.pos),
+                format!(
+                    "`{place}` is beneath no writable place of the sandbox (the workspace, /home/agent, /tmp, /dev/shm) nor a volume of this kit; the run is refused unless another kit mounts a volume there"
+                ),
+            );
+        }
+    }
+}
+
 /// A workload's install-phase grants serve its install hooks; without any, they are unused
 /// (mixins are not judged: their install grants may serve the workload's hooks).
 fn unused_install_grants(entries: &[(String, &Entry)], grants: &[Grant<'_>], out: &mut Findings) {
@@ -688,5 +733,23 @@ mod tests {
             found[0].message,
             "`foo..com` has an empty label; the gateway cannot judge it, so creating a sandbox from this kit fails"
         );
+    }
+
+    #[test]
+    fn write_places_beneath_no_writable_mount_are_named() {
+        let caps = "  - type: dev.capgate/filesystem@1\n    config: {write: [/home/agent/workspace/out, /srv/data, /cache/x, /usr/local]}\n  - type: com.docker.sandbox/volume@1\n    config: {path: /cache}\n";
+        let found = lint(&kit("workload", caps), &opts(true));
+        let named: Vec<(&str, &str)> = found
+            .iter()
+            .map(|f| (f.check.code(), f.path.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("unwritable-place", "capabilities[0].config.write[1]"),
+                ("unwritable-place", "capabilities[0].config.write[3]"),
+            ]
+        );
+        assert!(found.iter().all(|f| f.severity == Severity::Warning));
     }
 }

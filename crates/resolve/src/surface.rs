@@ -75,6 +75,10 @@ pub struct Surface {
     /// `host:port/protocol`, granted in the runtime phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<String>,
+    /// capgate's own: where the workload may write (`dev.capgate/filesystem@1`), sorted;
+    /// absent when the kits leave writes to the sandbox's defaults (which is wider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem_write: Option<Vec<String>>,
     /// capgate's own: the determinism tier (`dev.capgate/determinism@1`), when one is
     /// declared. No tier binds like `unrestricted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,11 +109,18 @@ impl Surface {
             list.sort_unstable();
             list.dedup();
         }
+        if let Some(list) = &mut self.filesystem_write {
+            list.sort_unstable();
+            list.dedup();
+        }
     }
 
     /// Whether the surface grants nothing (it serializes as `{}`).
     pub fn is_empty(&self) -> bool {
-        !self.privileged && self.determinism.is_none() && self.lists().iter().all(|l| l.is_empty())
+        !self.privileged
+            && self.determinism.is_none()
+            && self.filesystem_write.is_none()
+            && self.lists().iter().all(|l| l.is_empty())
     }
 
     fn lists(&self) -> [&Vec<String>; 19] {
@@ -209,6 +220,10 @@ impl Surface {
             }
             // Were two tiers ever to meet here (an unmerged inventory), the wider one counts.
             Some(Capability::Egress(e)) => self.egress.push(e.key()),
+            Some(Capability::Filesystem(f)) => self
+                .filesystem_write
+                .get_or_insert_with(Vec::new)
+                .extend(f.write.iter().cloned()),
             Some(Capability::Determinism(d)) => {
                 self.determinism = Some(self.determinism.map_or(d.tier, |t| t.max(d.tier)));
             }

@@ -41,12 +41,13 @@ pub enum Category {
     Privileged,
     Services,
     Egress,
+    FilesystemWrite,
     Determinism,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 22] = [
+    pub const ALL: [Category; 23] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -68,6 +69,7 @@ impl Category {
         Category::Privileged,
         Category::Services,
         Category::Egress,
+        Category::FilesystemWrite,
         Category::Determinism,
     ];
 
@@ -95,6 +97,7 @@ impl Category {
             Category::Privileged => "privileged",
             Category::Services => "services",
             Category::Egress => "egress",
+            Category::FilesystemWrite => "filesystem.write",
             Category::Determinism => "determinism",
         }
     }
@@ -248,6 +251,10 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
     }
     report(Category::Services, missing_from(&g.services, &c.services));
     report(Category::Egress, egress_widenings(&g.egress, &c.egress));
+    report(
+        Category::FilesystemWrite,
+        write_widenings(g.filesystem_write.as_deref(), c.filesystem_write.as_deref()),
+    );
     // A tier promises; a less trusting one (or none, which binds like `unrestricted`)
     // takes a promise back.
     let binding = |t: Option<Tier>| t.unwrap_or(Tier::Unrestricted);
@@ -277,6 +284,26 @@ fn egress_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
                         _ => false,
                     }
             })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Write places the candidate grants beyond the granted ones: a path beneath no granted
+/// path, or (no list at all) the sandbox's default places, which hold every list.
+fn write_widenings(granted: Option<&[String]>, candidate: Option<&[String]>) -> Vec<String> {
+    let Some(granted) = granted else {
+        return Vec::new(); // the defaults were granted: nothing is wider
+    };
+    let Some(candidate) = candidate else {
+        return vec!["anywhere the sandbox lets a workload write (no list)".to_owned()];
+    };
+    candidate
+        .iter()
+        .filter(|c| {
+            !granted
+                .iter()
+                .any(|g| std::path::Path::new(c.as_str()).starts_with(g))
         })
         .cloned()
         .collect()

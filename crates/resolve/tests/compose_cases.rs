@@ -1559,3 +1559,26 @@ fn a_read_only_tier_refuses_a_host_mount_from_any_kit() {
     ]);
     assert_eq!(of_type(&c, "host-mount@1").len(), 1);
 }
+
+#[test]
+fn write_places_of_several_kits_union_into_one_list() {
+    let places =
+        |list: &str| format!("{{type: dev.capgate/filesystem@1, config: {{write: {list}}}}}");
+    let c = composed(&[
+        (
+            "pack",
+            workload(&[places("[/home/agent/workspace/out, /tmp]")]),
+        ),
+        ("cache", mixin(&[places("[/tmp, /home/agent/.cache]")])),
+    ]);
+    let merged: Vec<&Entry> = c
+        .entries
+        .iter()
+        .filter(|e| e.type_name == "dev.capgate/filesystem@1")
+        .collect();
+    assert_eq!(merged.len(), 1, "{:#?}", c.entries);
+    assert_eq!(
+        config(merged[0]),
+        json!({"write": ["/home/agent/workspace/out", "/tmp", "/home/agent/.cache"]})
+    );
+}

@@ -157,6 +157,7 @@ const HTTP: &[&str] = &[
     "ANY e.example.com/",
 ];
 const SERVICES: &[&str] = &["github", "npm", "anthropic"];
+const WRITE_PLACES: &[&str] = &["/home/agent/workspace/out", "/tmp", "/data/cache"];
 const EGRESS: &[&str] = &[
     "api.openai.com:443/https",
     "api.openai.com:443/tcp",
@@ -191,6 +192,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
             pick(HTTP),
             pick(HTTP),
             pick(EGRESS),
+            proptest::option::of(pick(WRITE_PLACES)),
         ),
         (
             pick(SERVICES),
@@ -218,6 +220,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
                 network_runtime_http_allow: n.6,
                 network_runtime_http_deny: n.7,
                 egress: n.8,
+                filesystem_write: n.9,
                 credentials_install: o.0,
                 credentials_runtime: o.1,
                 ssh_agent: o.2,
@@ -433,6 +436,10 @@ proptest! {
                     | Category::NetworkRuntimeHttpDenyRemoved
                     | Category::Privileged
             );
+            if x.category == Category::FilesystemWrite && b.filesystem_write.is_none() {
+                prop_assert!(x.detail.starts_with("anywhere"), "{x}");
+                continue;
+            }
             if x.category == Category::Determinism {
                 let tier = b.determinism.unwrap_or(Tier::Unrestricted);
                 prop_assert!(x.detail.starts_with(&format!("tier `{tier}`")), "{x}");
@@ -462,6 +469,37 @@ proptest! {
             .map(|w| w.detail)
             .collect();
         prop_assert_eq!(w, ["a.example:8443/https", "b.example:443/tcp", "b.example:443/http"]);
+    }
+
+    /// A write list narrows: dropping it, or a place beneath none of the granted ones,
+    /// widens; a place beneath a granted one, or a shorter list, does not.
+    #[test]
+    fn write_places_widen_only_beyond_the_granted_ones(s in any_surface()) {
+        let with = |places: Option<&[&str]>| {
+            let mut x = s.clone();
+            x.filesystem_write = places.map(|p| p.iter().map(|p| (*p).to_owned()).collect());
+            x
+        };
+        let writes = |g: Option<&[&str]>, c: Option<&[&str]>| -> Vec<String> {
+            diff_widenings(&with(g), &with(c))
+                .into_iter()
+                .filter(|w| w.category == Category::FilesystemWrite)
+                .map(|w| w.detail)
+                .collect()
+        };
+        let granted: &[&str] = &["/home/agent/workspace/out", "/tmp"];
+        prop_assert!(writes(Some(granted), Some(&["/home/agent/workspace/out/sub"])).is_empty());
+        prop_assert!(writes(Some(granted), Some(&[])).is_empty());
+        prop_assert!(writes(None, Some(granted)).is_empty());
+        prop_assert!(writes(None, None).is_empty());
+        prop_assert_eq!(
+            writes(Some(granted), Some(&["/home/agent/workspace", "/tmp/x"])),
+            ["/home/agent/workspace"]
+        );
+        prop_assert_eq!(
+            writes(Some(granted), None),
+            ["anywhere the sandbox lets a workload write (no list)"]
+        );
     }
 
     /// Trading a tier for a less trusting one (or for none) takes a promise back and asks;

@@ -92,6 +92,10 @@ pub(crate) enum Effect {
         mode: u32,
         owner: Option<(u32, u32)>,
     },
+    /// `mkdir` (mode 0755, owned by `owner`, inside ids) unless the directory is there
+    /// already, which is left exactly as it is (it may be the host's, in a `--mount`
+    /// workspace). Applied beneath a root only.
+    EnsureDir { path: PathBuf, owner: (u32, u32) },
     /// Create a file with contents and mode.
     WriteFile {
         path: PathBuf,

@@ -80,6 +80,40 @@ impl Linux {
                 }
                 Ok(Applied::Nothing)
             }
+            Effect::EnsureDir { path, owner } => {
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(other(format!("`{}` has no parent", path.display())));
+                };
+                let parent_fd = open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY)?;
+                let made = match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o755)) {
+                    Ok(()) => true,
+                    Err(rustix::io::Errno::EXIST) => false,
+                    Err(e) => return Err(with_path(e.into(), "mkdir", path)),
+                };
+                // What is there must be a directory reached without a link; one just made
+                // becomes the agent's.
+                let fd = rustix::fs::openat(
+                    &parent_fd,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| match e {
+                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => {
+                        not_through_links(root, path)
+                    }
+                    e => with_path(e.into(), "open", path),
+                })?;
+                if made {
+                    rustix::fs::fchown(
+                        &fd,
+                        Some(rustix::fs::Uid::from_raw(owner.0)),
+                        Some(rustix::fs::Gid::from_raw(owner.1)),
+                    )
+                    .map_err(|e| with_path(e.into(), "chown", path))?;
+                }
+                Ok(Applied::Nothing)
+            }
             Effect::Mount { target, .. } | Effect::Remount { target, .. } => {
                 let fd = open_beneath(root, target, OFlags::PATH | OFlags::DIRECTORY)?;
                 let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
@@ -549,6 +583,12 @@ impl Kernel for Linux {
                 .map_err(|e| nix_err(e, "remount", target))?;
             }
             Effect::Beneath { root, inner } => return self.apply_beneath(root, inner),
+            Effect::EnsureDir { path, .. } => {
+                return Err(other(format!(
+                    "`{}` is made beneath a root only, never by path",
+                    path.display()
+                )));
+            }
             Effect::MakeDir { path, mode, owner } => {
                 match std::fs::DirBuilder::new().mode(*mode).create(path) {
                     Ok(()) => {}

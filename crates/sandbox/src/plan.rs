@@ -551,6 +551,29 @@ pub(crate) fn init_effects(
         }
     }
 
+    // A pack's write-only places: made where missing (the agent's), beneath their writable
+    // mount and never through a link; what exists is left alone (a --mount workspace's
+    // directories are the host's).
+    for path in spec.write_only.iter().flatten() {
+        let Some(base) = spec.writable_base(path) else {
+            continue; // refused by `validate`
+        };
+        let mut missing: Vec<&Path> = path
+            .ancestors()
+            .take_while(|p| *p != base.as_path())
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            push(Effect::Beneath {
+                root: root.to_path_buf(),
+                inner: Box::new(Effect::EnsureDir {
+                    path: r(&dir.to_string_lossy()),
+                    owner: (AGENT_ID, AGENT_ID),
+                }),
+            });
+        }
+    }
+
     // The root itself becomes read-only; then it becomes `/`.
     push(Effect::Remount {
         target: root.to_path_buf(),
@@ -581,10 +604,17 @@ pub(crate) fn init_effects(
 
 /// The Landlock grants (sandbox paths).
 pub(crate) fn landlock_rules(spec: &SandboxSpec) -> LandlockRules {
-    let mut write_roots: Vec<PathBuf> = WRITE_ROOTS.iter().map(|e| PathBuf::from(e.path)).collect();
-    write_roots.push(PathBuf::from(WORKSPACE_DIR));
-    write_roots.extend(spec.volumes.iter().map(|v| v.target.clone()));
-    write_roots.extend(spec.writable.iter().cloned());
+    let write_roots: Vec<PathBuf> = match &spec.write_only {
+        Some(only) => only.clone(),
+        None => {
+            let mut roots: Vec<PathBuf> =
+                WRITE_ROOTS.iter().map(|e| PathBuf::from(e.path)).collect();
+            roots.push(PathBuf::from(WORKSPACE_DIR));
+            roots.extend(spec.volumes.iter().map(|v| v.target.clone()));
+            roots.extend(spec.writable.iter().cloned());
+            roots
+        }
+    };
     let mut tcp_connect_ports: Vec<u16> = spec
         .listeners
         .iter()
@@ -1215,6 +1245,80 @@ mod tests {
         );
         assert_eq!(rules.tcp_connect_ports, vec![3128]);
         assert!(rules.write_files.contains(&PathBuf::from("/dev/null")));
+    }
+
+    /// A pack's write-only places replace every other write grant; the missing parts of
+    /// each are made beneath their writable mount, after it is mounted and before the root
+    /// turns read-only; validation refuses a place beneath no writable mount.
+    #[test]
+    fn write_only_places_are_made_and_are_the_only_write_grants() {
+        let mut s = spec(WorkspaceMode::Copy);
+        s.write_only = Some(vec![
+            PathBuf::from("/home/agent/workspace/out/reports"),
+            PathBuf::from("/tmp"),
+        ]);
+        s.validate().unwrap();
+        let rules = landlock_rules(&s);
+        assert_eq!(
+            rules.write_roots,
+            [
+                PathBuf::from("/home/agent/workspace/out/reports"),
+                PathBuf::from("/tmp")
+            ]
+        );
+        let fx: Vec<Effect> = init_effects(&s, &host(), Path::new("/state/box/root"), (&[], false))
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        let ensured: Vec<(usize, PathBuf)> = fx
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                Effect::Beneath { inner, .. } => match inner.as_ref() {
+                    Effect::EnsureDir { path, owner } => {
+                        assert_eq!(*owner, (1000, 1000));
+                        Some((i, path.clone()))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ensured.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+            [
+                PathBuf::from("/state/box/root/home/agent/workspace/out"),
+                PathBuf::from("/state/box/root/home/agent/workspace/out/reports"),
+            ],
+            "parents first, nothing for /tmp (a mount of its own)"
+        );
+        let overlay = position(&fx, |e| {
+            matches!(
+                e,
+                Effect::Mount {
+                    fstype: Some("overlay"),
+                    ..
+                }
+            )
+        });
+        let read_only_root = position(
+            &fx,
+            |e| matches!(e, Effect::Remount { target, flags } if target == Path::new("/state/box/root") && flags.contains(MsFlags::MS_RDONLY)),
+        );
+        assert!(
+            ensured
+                .iter()
+                .all(|(i, _)| overlay < *i && *i < read_only_root)
+        );
+
+        for bad in ["/usr/local/out", "/etc/x", "/home/other"] {
+            let mut s = spec(WorkspaceMode::Copy);
+            s.write_only = Some(vec![PathBuf::from(bad)]);
+            assert!(s.validate().is_err(), "{bad}");
+        }
+        let mut s = spec(WorkspaceMode::Copy);
+        s.write_only = Some(vec![PathBuf::from("/home/agent/workspace/../x")]);
+        assert!(s.validate().is_err());
     }
 
     #[test]

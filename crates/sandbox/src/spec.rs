@@ -46,6 +46,11 @@ pub struct SandboxSpec {
     /// Extra in-sandbox paths (absolute, existing) that Landlock lets the workload write beneath.
     /// The workspace, `/home/agent`, `/tmp`, `/dev/shm` and the volumes are granted already.
     pub writable: Vec<PathBuf>,
+    /// When set (a pack's `dev.capgate/filesystem@1`), the only places the sandbox's
+    /// commands may write beneath, instead of all of the above: each lies beneath the
+    /// workspace, `/home/agent`, `/tmp`, `/dev/shm` or a volume; one that is missing is made
+    /// (the agent's) before anything untrusted runs, one that exists is left as it is.
+    pub write_only: Option<Vec<PathBuf>>,
 }
 
 /// The workspace: a host directory and how it is shown.
@@ -264,6 +269,7 @@ impl SandboxSpec {
             limits: Limits::default(),
             listeners: Vec::new(),
             writable: Vec::new(),
+            write_only: None,
         }
     }
 
@@ -284,6 +290,16 @@ impl SandboxSpec {
         }
         for path in &self.writable {
             sandbox_path("writable", path)?;
+        }
+        for path in self.write_only.iter().flatten() {
+            clean_absolute("write_only", path)?;
+            if self.writable_base(path).is_none() {
+                return Err(invalid(
+                    "write_only",
+                    path,
+                    "is not beneath a writable place (the workspace, /home/agent, /tmp, /dev/shm or a volume)",
+                ));
+            }
         }
         let mut targets: Vec<&Path> = self.volumes.iter().map(|v| v.target.as_path()).collect();
         targets.sort();
@@ -315,6 +331,23 @@ impl SandboxSpec {
             env_key(key)?;
         }
         Ok(())
+    }
+}
+
+impl SandboxSpec {
+    /// The writable place (a mount the sandbox makes) that `path` lies beneath, the deepest
+    /// one: a volume, the workspace, `/home/agent`, `/tmp` or `/dev/shm`.
+    pub(crate) fn writable_base(&self, path: &Path) -> Option<PathBuf> {
+        self.volumes
+            .iter()
+            .map(|v| v.target.clone())
+            .chain(
+                [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
+                    .into_iter()
+                    .map(PathBuf::from),
+            )
+            .filter(|base| path.starts_with(base))
+            .max_by_key(|base| base.components().count())
     }
 }
 

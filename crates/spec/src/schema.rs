@@ -52,6 +52,7 @@ fn config_schema(t: KnownType, generator: &mut SchemaGenerator) -> Option<Value>
         KnownType::Acp => of::<agent::Acp>(generator),
         KnownType::Determinism => of::<pack::Determinism>(generator),
         KnownType::Egress => of::<pack::Egress>(generator),
+        KnownType::Filesystem => of::<pack::Filesystem>(generator),
         KnownType::Privileged
         | KnownType::LongRunning
         | KnownType::GitIdentity

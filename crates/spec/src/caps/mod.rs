@@ -128,10 +128,11 @@ pub enum KnownType {
     Acp,
     Determinism,
     Egress,
+    Filesystem,
 }
 
 impl KnownType {
-    pub const ALL: [KnownType; 23] = [
+    pub const ALL: [KnownType; 24] = [
         KnownType::NetworkPolicyV1,
         KnownType::NetworkPolicyV2,
         KnownType::Credential,
@@ -155,6 +156,7 @@ impl KnownType {
         KnownType::Acp,
         KnownType::Determinism,
         KnownType::Egress,
+        KnownType::Filesystem,
     ];
 
     /// The full type string, e.g. `com.docker.sandbox/network-policy@2`.
@@ -185,6 +187,7 @@ impl KnownType {
             KnownType::Acp => "com.docker.sandbox/acp@1",
             KnownType::Determinism => "dev.capgate/determinism@1",
             KnownType::Egress => "dev.capgate/egress@1",
+            KnownType::Filesystem => "dev.capgate/filesystem@1",
         }
     }
 
@@ -221,6 +224,7 @@ impl KnownType {
                 | KnownType::KitRegistry
                 | KnownType::Sbx
                 | KnownType::Determinism
+                | KnownType::Filesystem
         )
     }
 
@@ -262,6 +266,7 @@ pub enum Capability {
     Acp(agent::Acp),
     Determinism(pack::Determinism),
     Egress(pack::Egress),
+    Filesystem(pack::Filesystem),
 }
 
 impl Capability {
@@ -294,6 +299,7 @@ impl Capability {
             Capability::Acp(_) => KnownType::Acp,
             Capability::Determinism(_) => KnownType::Determinism,
             Capability::Egress(_) => KnownType::Egress,
+            Capability::Filesystem(_) => KnownType::Filesystem,
         }
     }
 
@@ -318,6 +324,7 @@ impl Capability {
             Capability::Acp(c) => serde_json::to_value(c)?,
             Capability::Determinism(c) => serde_json::to_value(c)?,
             Capability::Egress(c) => serde_json::to_value(c)?,
+            Capability::Filesystem(c) => serde_json::to_value(c)?,
             Capability::Privileged
             | Capability::LongRunning
             | Capability::GitIdentity
@@ -392,6 +399,7 @@ fn decode_node(cx: &mut Cx<'_>, ty: KnownType, node: &Node, path: &Path) -> Opti
             Capability::Determinism(pack::decode_determinism(cx, node, path)?)
         }
         KnownType::Egress => Capability::Egress(pack::decode_egress(cx, node, path)?),
+        KnownType::Filesystem => Capability::Filesystem(pack::decode_filesystem(cx, node, path)?),
         KnownType::Privileged => Capability::Privileged,
         KnownType::LongRunning => Capability::LongRunning,
         KnownType::GitIdentity => Capability::GitIdentity,

@@ -277,6 +277,51 @@ pub(crate) fn egress_block_keys(config: &Node) -> Vec<BlockKey> {
     }]
 }
 
+/// `dev.capgate/filesystem@1`: where the workload may write (seed 002's `fs.write`). With
+/// it, writes anywhere else fail with EACCES, the workspace, home and `/tmp` included;
+/// without it, those are writable. Paths are inside the sandbox and prefix-matched
+/// (`/home/agent/workspace/out` grants `…/out/report.json`); each must lie beneath the
+/// workspace, `/home/agent`, `/tmp`, `/dev/shm` or a volume (judged at run). An empty list
+/// writes nowhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Filesystem {
+    /// Absolute, clean paths inside the sandbox.
+    pub write: Vec<String>,
+}
+
+pub(crate) fn decode_filesystem(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Filesystem> {
+    let mut f = cx.fields(node, path)?;
+    let write = f.require(cx, "write").map(|n| (n, f.at("write")));
+    f.finish(cx);
+    let (list, at) = write?;
+    let items = cx.string_list(list, &at)?;
+    let mut out = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (item_path, p, pos) in items {
+        if !cx.judgeable(p) {
+            ok = false;
+            continue;
+        }
+        if p == "/" || !crate::caps::is_canonical_absolute(p) {
+            cx.error(
+                &item_path,
+                pos,
+                format!("write path `{p}` is not an absolute, clean path below `/` (no `.`, `..`, `//` or trailing `/`)"),
+            );
+            ok = false;
+            continue;
+        }
+        if out.contains(&p.to_owned()) {
+            cx.error(&item_path, pos, format!("write path `{p}` is listed twice"));
+            ok = false;
+            continue;
+        }
+        out.push(p.to_owned());
+    }
+    ok.then_some(Filesystem { write: out })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -441,6 +486,39 @@ mod tests {
             if !fragment.contains("unknown") {
                 assert_eq!(e, None, "{text}");
             }
+        }
+    }
+
+    #[test]
+    fn write_paths_read_strictly() {
+        let read = |text: &str| {
+            let mut diags = Diagnostics::new();
+            let node = parse(text.as_bytes(), &Limits::DEFAULT, &mut diags).unwrap();
+            let mut cx = Cx::new(&mut diags);
+            let f = decode_filesystem(&mut cx, &node, &Path::from(AT));
+            (f, diags)
+        };
+        let (f, d) = read("write: [/home/agent/workspace/out, /tmp]");
+        assert!(!d.has_errors(), "{d:?}");
+        assert_eq!(f.unwrap().write, ["/home/agent/workspace/out", "/tmp"]);
+        let (f, d) = read("write: []");
+        assert!(!d.has_errors(), "{d:?}");
+        assert_eq!(f.unwrap().write, Vec::<String>::new());
+        for (text, fragment) in [
+            ("{}", "`write` is required"),
+            ("write: [relative/out]", "not an absolute, clean path"),
+            ("write: [/home/agent/../etc]", "not an absolute, clean path"),
+            ("write: [/out/]", "not an absolute, clean path"),
+            ("write: [/]", "not an absolute, clean path"),
+            ("write: [/tmp, /tmp]", "listed twice"),
+            ("write: /tmp", "list"),
+            ("write: [/tmp]\nread: [/x]", "unknown field `read`"),
+        ] {
+            let (_, d) = read(text);
+            assert!(
+                d.errors().any(|e| e.message.contains(fragment)),
+                "{text}: {d:?}"
+            );
         }
     }
 }
