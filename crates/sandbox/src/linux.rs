@@ -45,29 +45,8 @@ impl Linux {
     fn apply_beneath(&mut self, root: &Path, inner: &Effect) -> io::Result<Applied> {
         match inner {
             Effect::MakeDir { path, mode, owner } => {
-                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                    return Err(other(format!("`{}` has no parent", path.display())));
-                };
-                let walk = OFlags::PATH | OFlags::DIRECTORY;
-                let parent_fd = open_beneath(root, parent, walk)?;
-                match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(*mode)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(with_path(e.into(), "mkdir", path)),
-                }
-                // Opened again by name from the parent's descriptor, without following a link
-                // someone swapped in: the mode and owner go to what was made or found.
-                let fd = rustix::fs::openat(
-                    &parent_fd,
-                    name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| match e {
-                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => {
-                        not_through_links(root, path)
-                    }
-                    e => with_path(e.into(), "open", path),
-                })?;
+                // The mode and owner go to what was made or found.
+                let (fd, _) = make_dir_beneath(root, path, *mode)?;
                 rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode))
                     .map_err(|e| with_path(e.into(), "chmod", path))?;
                 if let Some((uid, gid)) = owner {
@@ -81,29 +60,8 @@ impl Linux {
                 Ok(Applied::Nothing)
             }
             Effect::EnsureDir { path, owner } => {
-                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                    return Err(other(format!("`{}` has no parent", path.display())));
-                };
-                let parent_fd = open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY)?;
-                let made = match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o755)) {
-                    Ok(()) => true,
-                    Err(rustix::io::Errno::EXIST) => false,
-                    Err(e) => return Err(with_path(e.into(), "mkdir", path)),
-                };
-                // What is there must be a directory reached without a link; one just made
-                // becomes the agent's.
-                let fd = rustix::fs::openat(
-                    &parent_fd,
-                    name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| match e {
-                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => {
-                        not_through_links(root, path)
-                    }
-                    e => with_path(e.into(), "open", path),
-                })?;
+                // Only one just made becomes the agent's; what was there stays as it is.
+                let (fd, made) = make_dir_beneath(root, path, 0o755)?;
                 if made {
                     rustix::fs::fchown(
                         &fd,
@@ -148,6 +106,32 @@ impl Linux {
     pub(crate) fn landlock_for_child(&self) -> Option<RulesetCreated> {
         self.landlock.as_ref().and_then(|r| r.try_clone().ok())
     }
+}
+
+/// `mkdir` of `path` beneath `root` (through descriptors, never following a link), then
+/// the directory opened again by name from its parent's descriptor, so that a link someone
+/// swapped in is refused: the directory and whether this call made it.
+fn make_dir_beneath(root: &Path, path: &Path, mode: u32) -> io::Result<(OwnedFd, bool)> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(other(format!("`{}` has no parent", path.display())));
+    };
+    let parent_fd = open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY)?;
+    let made = match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(mode)) {
+        Ok(()) => true,
+        Err(rustix::io::Errno::EXIST) => false,
+        Err(e) => return Err(with_path(e.into(), "mkdir", path)),
+    };
+    let fd = rustix::fs::openat(
+        &parent_fd,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => not_through_links(root, path),
+        e => with_path(e.into(), "open", path),
+    })?;
+    Ok((fd, made))
 }
 
 fn other(message: impl std::fmt::Display) -> io::Error {
