@@ -201,6 +201,9 @@ pub fn render_surface(surface: &Surface) -> String {
         };
         let _ = writeln!(s, "\nWrites only beneath: {places}");
     }
+    if let Some(programs) = &surface.exec_allow {
+        let _ = writeln!(s, "\nExecutes only: {}", programs.join(", "));
+    }
     if let Some(tier) = surface.determinism {
         let _ = writeln!(s, "\nDeterminism: {tier}");
     }

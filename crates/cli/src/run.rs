@@ -542,6 +542,15 @@ fn run_provisioned(
         },
     );
     spec.volumes = volumes(plan, base, &dir.dir)?;
+    // A pack's exec allowlist: nothing else may be executed.
+    spec.exec_only = plan
+        .composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Exec(x)) => Some(x.allow.iter().map(PathBuf::from).collect()),
+            _ => None,
+        });
     // A pack's write places replace the sandbox's writable defaults.
     spec.write_only = plan
         .composed

@@ -1254,3 +1254,55 @@ except OSError as e:
         "{stderr}"
     );
 }
+
+/// A pack's exec allowlist (`dev.capgate/exec@1`): the listed interpreter runs (with the
+/// loader it needs, granted with it), anything else it tries to spawn fails with EACCES,
+/// beside the twin without the capability, which spawns freely. A command not on the list
+/// cannot start (126).
+#[test]
+fn a_pack_executes_only_its_listed_programs() {
+    let env = setup();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3]}\n";
+    let probe = r#"
+import errno, subprocess
+print("python=runs")
+for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pass"]):
+    try:
+        subprocess.run(argv, check=True)
+        print(argv[0] + "=ran")
+    except OSError as e:
+        print(argv[0] + "=" + errno.errorcode[e.errno])
+"#;
+    std::fs::write(env.path("ws/probe.py"), probe).unwrap();
+    let (code, stdout, stderr) = env.run_kit("pack", pack, &["python3", "probe.py"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| {
+        assert_eq!(
+            p.get(k).map(String::as_str),
+            Some(v),
+            "{k}:\n{stdout}\n{stderr}"
+        )
+    };
+    expect("python", "runs");
+    expect("/bin/true", "EACCES");
+    expect("sh", "EACCES");
+    // The interpreter itself may start again (a subprocess of the same program).
+    expect("/usr/bin/python3", "ran");
+
+    // The twin without an allowlist spawns what it likes.
+    let plain = "schemaVersion: \"3\"\nkind: workload\n";
+    let (code, stdout, stderr) = env.run_kit("plain", plain, &["python3", "probe.py"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    assert_eq!(
+        p.get("/bin/true").map(String::as_str),
+        Some("ran"),
+        "{stdout}"
+    );
+    assert_eq!(p.get("sh").map(String::as_str), Some("ran"), "{stdout}");
+
+    // A command that is not on the list cannot start.
+    let (code, _, stderr) = env.run_kit("pack", pack, &["sh", "-c", "true"]);
+    assert_eq!(code, Some(126), "{stderr}");
+}

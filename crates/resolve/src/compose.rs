@@ -688,8 +688,9 @@ fn instance_key(capability: &Capability, entry: &Entry) -> String {
         Capability::Port(p) => keyed(KnownType::Port, &p.key()),
         // One triple is one grant however its host is cased.
         Capability::Egress(e) => keyed(KnownType::Egress, &e.key()),
-        // One set of write places per sandbox: kits' lists union.
+        // One set of write places, one exec allowlist per sandbox: kits' lists union.
         Capability::Filesystem(_) => KnownType::Filesystem.name().to_owned(),
+        Capability::Exec(_) => KnownType::Exec.name().to_owned(),
         // One tier per workload: a second, different tier collides and is refused.
         Capability::Determinism(_) => KnownType::Determinism.name().to_owned(),
         Capability::Acp(a) => keyed(
@@ -813,15 +814,13 @@ fn reconcile(
             }
         }
         (C::Egress(_), C::Egress(_)) => Ok(None),
-        (C::Filesystem(x), C::Filesystem(y)) => {
-            let mut write = x.write.clone();
-            write.extend(y.write.iter().filter(|p| !x.write.contains(p)).cloned());
-            Ok((write != x.write).then(|| {
-                Held::Typed(C::Filesystem(capgate_spec::caps::pack::Filesystem {
-                    write,
-                }))
+        (C::Filesystem(x), C::Filesystem(y)) => Ok(union(&x.write, &y.write).map(|write| {
+            Held::Typed(C::Filesystem(capgate_spec::caps::pack::Filesystem {
+                write,
             }))
-        }
+        })),
+        (C::Exec(x), C::Exec(y)) => Ok(union(&x.allow, &y.allow)
+            .map(|allow| Held::Typed(C::Exec(capgate_spec::caps::pack::Exec { allow })))),
         (C::Determinism(x), C::Determinism(y)) if x != y => Err(Refusal::new(format!(
             "{first} declares determinism tier `{}` and {second} tier `{}`; a workload has one tier, so one of them has to change",
             x.tier, y.tier
@@ -830,6 +829,13 @@ fn reconcile(
         _ if a == b => Ok(None),
         _ => Err(different(a.known_type().to_string())),
     }
+}
+
+/// `held` with what `asked` adds, in order; `None` when it adds nothing.
+fn union(held: &[String], asked: &[String]) -> Option<Vec<String>> {
+    let mut all = held.to_vec();
+    all.extend(asked.iter().filter(|p| !held.contains(p)).cloned());
+    (all.len() != held.len()).then_some(all)
 }
 
 /// One socket per phase serves every kit that asked: unrestricted if any ask is,

@@ -79,6 +79,10 @@ pub struct Surface {
     /// absent when the kits leave writes to the sandbox's defaults (which is wider).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem_write: Option<Vec<String>>,
+    /// capgate's own: the programs the workload may execute (`dev.capgate/exec@1`),
+    /// sorted; absent when any program may run (which is wider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_allow: Option<Vec<String>>,
     /// capgate's own: the determinism tier (`dev.capgate/determinism@1`), when one is
     /// declared. No tier binds like `unrestricted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,7 +113,10 @@ impl Surface {
             list.sort_unstable();
             list.dedup();
         }
-        if let Some(list) = &mut self.filesystem_write {
+        for list in [&mut self.filesystem_write, &mut self.exec_allow]
+            .into_iter()
+            .flatten()
+        {
             list.sort_unstable();
             list.dedup();
         }
@@ -120,6 +127,7 @@ impl Surface {
         !self.privileged
             && self.determinism.is_none()
             && self.filesystem_write.is_none()
+            && self.exec_allow.is_none()
             && self.lists().iter().all(|l| l.is_empty())
     }
 
@@ -220,6 +228,10 @@ impl Surface {
             }
             // Were two tiers ever to meet here (an unmerged inventory), the wider one counts.
             Some(Capability::Egress(e)) => self.egress.push(e.key()),
+            Some(Capability::Exec(x)) => self
+                .exec_allow
+                .get_or_insert_with(Vec::new)
+                .extend(x.allow.iter().cloned()),
             Some(Capability::Filesystem(f)) => self
                 .filesystem_write
                 .get_or_insert_with(Vec::new)

@@ -42,12 +42,13 @@ pub enum Category {
     Services,
     Egress,
     FilesystemWrite,
+    ExecAllow,
     Determinism,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 23] = [
+    pub const ALL: [Category; 24] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -70,6 +71,7 @@ impl Category {
         Category::Services,
         Category::Egress,
         Category::FilesystemWrite,
+        Category::ExecAllow,
         Category::Determinism,
     ];
 
@@ -98,6 +100,7 @@ impl Category {
             Category::Services => "services",
             Category::Egress => "egress",
             Category::FilesystemWrite => "filesystem.write",
+            Category::ExecAllow => "exec.allow",
             Category::Determinism => "determinism",
         }
     }
@@ -253,7 +256,19 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
     report(Category::Egress, egress_widenings(&g.egress, &c.egress));
     report(
         Category::FilesystemWrite,
-        write_widenings(g.filesystem_write.as_deref(), c.filesystem_write.as_deref()),
+        place_widenings(
+            g.filesystem_write.as_deref(),
+            c.filesystem_write.as_deref(),
+            "anywhere the sandbox lets a workload write (no list)",
+        ),
+    );
+    report(
+        Category::ExecAllow,
+        place_widenings(
+            g.exec_allow.as_deref(),
+            c.exec_allow.as_deref(),
+            "any program (no list)",
+        ),
     );
     // A tier promises; a less trusting one (or none, which binds like `unrestricted`)
     // takes a promise back.
@@ -289,14 +304,19 @@ fn egress_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Write places the candidate grants beyond the granted ones: a path beneath no granted
-/// path, or (no list at all) the sandbox's default places, which hold every list.
-fn write_widenings(granted: Option<&[String]>, candidate: Option<&[String]>) -> Vec<String> {
+/// Places (write places, programs) the candidate grants beyond the granted ones: a path
+/// beneath no granted path, or (no list at all, said as `unlisted`) everything, which holds
+/// every list.
+fn place_widenings(
+    granted: Option<&[String]>,
+    candidate: Option<&[String]>,
+    unlisted: &str,
+) -> Vec<String> {
     let Some(granted) = granted else {
-        return Vec::new(); // the defaults were granted: nothing is wider
+        return Vec::new(); // no list was granted: nothing is wider
     };
     let Some(candidate) = candidate else {
-        return vec!["anywhere the sandbox lets a workload write (no list)".to_owned()];
+        return vec![unlisted.to_owned()];
     };
     candidate
         .iter()

@@ -157,6 +157,7 @@ const HTTP: &[&str] = &[
     "ANY e.example.com/",
 ];
 const SERVICES: &[&str] = &["github", "npm", "anthropic"];
+const PROGRAMS: &[&str] = &["/usr/bin/python3", "/opt/pack/bin", "/bin/sh"];
 const WRITE_PLACES: &[&str] = &["/home/agent/workspace/out", "/tmp", "/data/cache"];
 const EGRESS: &[&str] = &[
     "api.openai.com:443/https",
@@ -193,6 +194,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
             pick(HTTP),
             pick(EGRESS),
             proptest::option::of(pick(WRITE_PLACES)),
+            proptest::option::of(pick(PROGRAMS)),
         ),
         (
             pick(SERVICES),
@@ -221,6 +223,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
                 network_runtime_http_deny: n.7,
                 egress: n.8,
                 filesystem_write: n.9,
+                exec_allow: n.10,
                 credentials_install: o.0,
                 credentials_runtime: o.1,
                 ssh_agent: o.2,
@@ -436,6 +439,10 @@ proptest! {
                     | Category::NetworkRuntimeHttpDenyRemoved
                     | Category::Privileged
             );
+            if x.category == Category::ExecAllow && b.exec_allow.is_none() {
+                prop_assert!(x.detail.starts_with("any program"), "{x}");
+                continue;
+            }
             if x.category == Category::FilesystemWrite && b.filesystem_write.is_none() {
                 prop_assert!(x.detail.starts_with("anywhere"), "{x}");
                 continue;
@@ -500,6 +507,29 @@ proptest! {
             writes(Some(granted), None),
             ["anywhere the sandbox lets a workload write (no list)"]
         );
+    }
+
+    /// An exec allowlist narrows like write places: a program beneath no granted one, or
+    /// dropping the list, widens.
+    #[test]
+    fn programs_widen_only_beyond_the_granted_ones(s in any_surface()) {
+        let with = |programs: Option<&[&str]>| {
+            let mut x = s.clone();
+            x.exec_allow = programs.map(|p| p.iter().map(|p| (*p).to_owned()).collect());
+            x
+        };
+        let widened = |g: Option<&[&str]>, c: Option<&[&str]>| -> Vec<String> {
+            diff_widenings(&with(g), &with(c))
+                .into_iter()
+                .filter(|w| w.category == Category::ExecAllow)
+                .map(|w| w.detail)
+                .collect()
+        };
+        let granted: &[&str] = &["/usr/bin/python3", "/opt/pack/bin"];
+        prop_assert!(widened(Some(granted), Some(&["/opt/pack/bin/tool"])).is_empty());
+        prop_assert!(widened(None, Some(granted)).is_empty());
+        prop_assert_eq!(widened(Some(granted), Some(&["/bin/sh"])), ["/bin/sh"]);
+        prop_assert_eq!(widened(Some(granted), None), ["any program (no list)"]);
     }
 
     /// Trading a tier for a less trusting one (or for none) takes a promise back and asks;

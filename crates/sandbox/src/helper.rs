@@ -455,6 +455,30 @@ fn namespaces_hint() -> String {
         .unwrap_or_default()
 }
 
+/// Why this kernel's Landlock cannot hold what `spec` asks of it alone, if it cannot.
+fn landlock_shortfall(
+    spec: &SandboxSpec,
+    report: &crate::report::LandlockReport,
+) -> Option<String> {
+    let asks = match (spec.write_only.is_some(), spec.exec_only.is_some()) {
+        (false, false) => return None,
+        (true, false) => "the kit's write places (dev.capgate/filesystem@1)",
+        (false, true) => "the kit's exec allowlist (dev.capgate/exec@1)",
+        (true, true) => "the kit's write places and exec allowlist",
+    };
+    (report.enforcement != LandlockEnforcement::Fully).then(|| {
+        format!(
+            "{asks} rely on Landlock, which this kernel enforces {} (ABI {}); capgate doctor says what is missing",
+            if report.enforcement == LandlockEnforcement::Partially {
+                "only partially"
+            } else {
+                "not at all"
+            },
+            report.abi
+        )
+    })
+}
+
 /// Landlock gaps as report warnings.
 fn landlock_warnings(report: &crate::report::LandlockReport) -> Vec<String> {
     let mut w = Vec::new();
@@ -494,7 +518,19 @@ fn init_main(
     for (step, effect) in plan::init_effects(spec, host, root, (&cgroups.v1, shed_groups)) {
         match k.apply(&effect) {
             Ok(Applied::Listener(fd)) => listeners.push(fd),
-            Ok(Applied::Landlock(r)) => landlock = Some(r),
+            Ok(Applied::Landlock(r)) => {
+                // A pack's write places and exec allowlist are Landlock's alone to hold:
+                // where the kernel cannot, the sandbox does not start.
+                if let Some(problem) = landlock_shortfall(spec, &r) {
+                    let _ = proto::send(
+                        ctl.as_fd(),
+                        &Reply::Failed(RemoteError::setup(step, problem)),
+                        &[],
+                    );
+                    sys::exit_immediately(1);
+                }
+                landlock = Some(r);
+            }
             Ok(_) => {}
             Err(e) => {
                 let _ = proto::send(
@@ -685,5 +721,56 @@ fn spawn(
                 Err(message)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::report::LandlockReport;
+    use crate::spec::{Workspace, WorkspaceMode};
+
+    /// A pack's write places or exec allowlist refuse a start Landlock cannot fully hold;
+    /// a sandbox that asks neither starts with a warning only.
+    #[test]
+    fn lists_only_landlock_holds_need_it_fully_enforced() {
+        let mut spec = SandboxSpec::new(
+            "box",
+            "/state".into(),
+            Workspace {
+                host_dir: "/src".into(),
+                mode: WorkspaceMode::Copy,
+            },
+        );
+        let report = |enforcement| LandlockReport {
+            abi: 3,
+            enforcement,
+            ..LandlockReport::default()
+        };
+        for e in [
+            LandlockEnforcement::Fully,
+            LandlockEnforcement::Partially,
+            LandlockEnforcement::NotEnforced,
+        ] {
+            assert_eq!(landlock_shortfall(&spec, &report(e)), None);
+        }
+        spec.exec_only = Some(vec!["/usr/bin/python3".into()]);
+        assert_eq!(
+            landlock_shortfall(&spec, &report(LandlockEnforcement::Fully)),
+            None
+        );
+        let why = landlock_shortfall(&spec, &report(LandlockEnforcement::Partially)).unwrap();
+        assert!(
+            why.contains("exec allowlist") && why.contains("only partially"),
+            "{why}"
+        );
+        spec.write_only = Some(vec!["/tmp".into()]);
+        let why = landlock_shortfall(&spec, &report(LandlockEnforcement::NotEnforced)).unwrap();
+        assert!(
+            why.contains("write places and exec allowlist") && why.contains("not at all"),
+            "{why}"
+        );
     }
 }

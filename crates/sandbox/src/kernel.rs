@@ -29,6 +29,9 @@ pub(crate) struct LandlockRules {
     pub write_files: Vec<PathBuf>,
     /// TCP ports the workload may `connect` to (ABI ≥ 4); all others are refused.
     pub tcp_connect_ports: Vec<u16>,
+    /// When set, execution is handled too: only these programs (files, or everything
+    /// beneath directories) may be executed, with the interpreters they need.
+    pub exec_roots: Option<Vec<PathBuf>>,
 }
 
 /// One kernel effect. Paths before `PivotRoot` are host paths; after it, sandbox paths.

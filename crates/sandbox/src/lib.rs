@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod cgroup;
+mod elf;
 mod error;
 mod helper;
 mod host;

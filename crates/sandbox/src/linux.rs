@@ -233,14 +233,43 @@ fn handled_fs() -> BitFlags<AccessFs> {
         | AccessFs::Truncate
 }
 
+/// The programs an exec allowlist lets run: each listed path, and for each listed file the
+/// interpreter it names, and that one's own (a script's `#!` interpreter is itself an ELF
+/// program with a loader). Read in the sandbox's own view of the files.
+fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut queue: Vec<(PathBuf, u8)> = roots.iter().map(|r| (r.clone(), 0)).collect();
+    while let Some((path, depth)) = queue.pop() {
+        if out.contains(&path) {
+            continue;
+        }
+        if depth < 2
+            && let Ok(file) = std::fs::File::open(&path)
+            && file.metadata().is_ok_and(|m| m.is_file())
+        {
+            let mut head = Vec::new();
+            let _ = std::io::Read::take(file, crate::elf::HEAD_LEN as u64).read_to_end(&mut head);
+            if let Some(interp) = crate::elf::interpreter(&head) {
+                queue.push((interp, depth + 1));
+            }
+        }
+        out.push(path);
+    }
+    out
+}
+
 fn landlock_error(e: impl std::fmt::Display) -> io::Error {
     other(format!("landlock: {e}"))
 }
 
 fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
+    let handled = match rules.exec_roots {
+        Some(_) => handled_fs() | AccessFs::Execute,
+        None => handled_fs(),
+    };
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(handled_fs())
+        .handle_access(handled)
         .map_err(landlock_error)?
         .handle_access(AccessNet::ConnectTcp)
         .map_err(landlock_error)?
@@ -262,6 +291,13 @@ fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
                 fd,
                 AccessFs::WriteFile | AccessFs::Truncate,
             ))
+            .map_err(landlock_error)?;
+    }
+    for program in exec_grants(rules.exec_roots.as_deref().unwrap_or_default()) {
+        let fd = PathFd::new(&program)
+            .map_err(|e| landlock_error(format!("`{}`: {e}", program.display())))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::Execute))
             .map_err(landlock_error)?;
     }
     for &port in &rules.tcp_connect_ports {

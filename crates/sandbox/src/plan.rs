@@ -630,6 +630,7 @@ pub(crate) fn landlock_rules(spec: &SandboxSpec) -> LandlockRules {
             .map(|e| PathBuf::from(e.path))
             .collect(),
         tcp_connect_ports,
+        exec_roots: spec.exec_only.clone(),
     }
 }
 

@@ -51,6 +51,11 @@ pub struct SandboxSpec {
     /// workspace, `/home/agent`, `/tmp`, `/dev/shm` or a volume; one that is missing is made
     /// (the agent's) before anything untrusted runs, one that exists is left as it is.
     pub write_only: Option<Vec<PathBuf>>,
+    /// When set (a pack's `dev.capgate/exec@1`), the only programs the sandbox's commands
+    /// may execute: these files, or anything beneath these directories, and the
+    /// interpreters they name (an ELF program's loader, a script's `#!` line). Everything
+    /// else fails with EACCES at `execve`.
+    pub exec_only: Option<Vec<PathBuf>>,
 }
 
 /// The workspace: a host directory and how it is shown.
@@ -270,6 +275,7 @@ impl SandboxSpec {
             listeners: Vec::new(),
             writable: Vec::new(),
             write_only: None,
+            exec_only: None,
         }
     }
 
@@ -290,6 +296,9 @@ impl SandboxSpec {
         }
         for path in &self.writable {
             sandbox_path("writable", path)?;
+        }
+        for path in self.exec_only.iter().flatten() {
+            clean_absolute("exec_only", path)?;
         }
         for path in self.write_only.iter().flatten() {
             clean_absolute("write_only", path)?;

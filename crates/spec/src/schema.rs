@@ -53,6 +53,7 @@ fn config_schema(t: KnownType, generator: &mut SchemaGenerator) -> Option<Value>
         KnownType::Determinism => of::<pack::Determinism>(generator),
         KnownType::Egress => of::<pack::Egress>(generator),
         KnownType::Filesystem => of::<pack::Filesystem>(generator),
+        KnownType::Exec => of::<pack::Exec>(generator),
         KnownType::Privileged
         | KnownType::LongRunning
         | KnownType::GitIdentity

@@ -129,10 +129,11 @@ pub enum KnownType {
     Determinism,
     Egress,
     Filesystem,
+    Exec,
 }
 
 impl KnownType {
-    pub const ALL: [KnownType; 24] = [
+    pub const ALL: [KnownType; 25] = [
         KnownType::NetworkPolicyV1,
         KnownType::NetworkPolicyV2,
         KnownType::Credential,
@@ -157,6 +158,7 @@ impl KnownType {
         KnownType::Determinism,
         KnownType::Egress,
         KnownType::Filesystem,
+        KnownType::Exec,
     ];
 
     /// The full type string, e.g. `com.docker.sandbox/network-policy@2`.
@@ -188,6 +190,7 @@ impl KnownType {
             KnownType::Determinism => "dev.capgate/determinism@1",
             KnownType::Egress => "dev.capgate/egress@1",
             KnownType::Filesystem => "dev.capgate/filesystem@1",
+            KnownType::Exec => "dev.capgate/exec@1",
         }
     }
 
@@ -225,6 +228,7 @@ impl KnownType {
                 | KnownType::Sbx
                 | KnownType::Determinism
                 | KnownType::Filesystem
+                | KnownType::Exec
         )
     }
 
@@ -267,6 +271,7 @@ pub enum Capability {
     Determinism(pack::Determinism),
     Egress(pack::Egress),
     Filesystem(pack::Filesystem),
+    Exec(pack::Exec),
 }
 
 impl Capability {
@@ -300,6 +305,7 @@ impl Capability {
             Capability::Determinism(_) => KnownType::Determinism,
             Capability::Egress(_) => KnownType::Egress,
             Capability::Filesystem(_) => KnownType::Filesystem,
+            Capability::Exec(_) => KnownType::Exec,
         }
     }
 
@@ -325,6 +331,7 @@ impl Capability {
             Capability::Determinism(c) => serde_json::to_value(c)?,
             Capability::Egress(c) => serde_json::to_value(c)?,
             Capability::Filesystem(c) => serde_json::to_value(c)?,
+            Capability::Exec(c) => serde_json::to_value(c)?,
             Capability::Privileged
             | Capability::LongRunning
             | Capability::GitIdentity
@@ -400,6 +407,7 @@ fn decode_node(cx: &mut Cx<'_>, ty: KnownType, node: &Node, path: &Path) -> Opti
         }
         KnownType::Egress => Capability::Egress(pack::decode_egress(cx, node, path)?),
         KnownType::Filesystem => Capability::Filesystem(pack::decode_filesystem(cx, node, path)?),
+        KnownType::Exec => Capability::Exec(pack::decode_exec(cx, node, path)?),
         KnownType::Privileged => Capability::Privileged,
         KnownType::LongRunning => Capability::LongRunning,
         KnownType::GitIdentity => Capability::GitIdentity,

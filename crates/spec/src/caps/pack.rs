@@ -291,10 +291,49 @@ pub struct Filesystem {
 }
 
 pub(crate) fn decode_filesystem(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Filesystem> {
+    let write = path_list(cx, node, path, "write", "write path")?;
+    Some(Filesystem { write })
+}
+
+/// `dev.capgate/exec@1`: the programs the workload may execute (seed 002: "only the pack's
+/// own interpreter; subprocess spawn is denied"). With it, `execve` of anything else fails
+/// with EACCES; each entry is a program (`/usr/bin/python3`) or a directory whose programs
+/// may all run, and the interpreters they name (an ELF program's loader, a script's `#!`
+/// line) are granted with them. It binds everything the sandbox runs, install hooks and
+/// the command included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Exec {
+    /// Absolute, clean paths inside the sandbox; at least one.
+    #[schemars(length(min = 1))]
+    pub allow: Vec<String>,
+}
+
+pub(crate) fn decode_exec(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Exec> {
+    let allow = path_list(cx, node, path, "allow", "program")?;
+    if allow.is_empty() {
+        cx.error(
+            &path.key("allow"),
+            crate::caps::storage::node_pos(node, "allow"),
+            "`allow` names no program: nothing, not even the command, could run",
+        );
+        return None;
+    }
+    Some(Exec { allow })
+}
+
+/// The required list of absolute, clean paths (never `/`, none twice) at `key`.
+fn path_list(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &Path,
+    key: &str,
+    what: &str,
+) -> Option<Vec<String>> {
     let mut f = cx.fields(node, path)?;
-    let write = f.require(cx, "write").map(|n| (n, f.at("write")));
+    let list = f.require(cx, key).map(|n| (n, f.at(key)));
     f.finish(cx);
-    let (list, at) = write?;
+    let (list, at) = list?;
     let items = cx.string_list(list, &at)?;
     let mut out = Vec::with_capacity(items.len());
     let mut ok = true;
@@ -307,19 +346,19 @@ pub(crate) fn decode_filesystem(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Op
             cx.error(
                 &item_path,
                 pos,
-                format!("write path `{p}` is not an absolute, clean path below `/` (no `.`, `..`, `//` or trailing `/`)"),
+                format!("{what} `{p}` is not an absolute, clean path below `/` (no `.`, `..`, `//` or trailing `/`)"),
             );
             ok = false;
             continue;
         }
         if out.contains(&p.to_owned()) {
-            cx.error(&item_path, pos, format!("write path `{p}` is listed twice"));
+            cx.error(&item_path, pos, format!("{what} `{p}` is listed twice"));
             ok = false;
             continue;
         }
         out.push(p.to_owned());
     }
-    ok.then_some(Filesystem { write: out })
+    ok.then_some(out)
 }
 
 #[cfg(test)]
@@ -513,6 +552,34 @@ mod tests {
             ("write: [/tmp, /tmp]", "listed twice"),
             ("write: /tmp", "list"),
             ("write: [/tmp]\nread: [/x]", "unknown field `read`"),
+        ] {
+            let (_, d) = read(text);
+            assert!(
+                d.errors().any(|e| e.message.contains(fragment)),
+                "{text}: {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn exec_allowlists_read_strictly() {
+        let read = |text: &str| {
+            let mut diags = Diagnostics::new();
+            let node = parse(text.as_bytes(), &Limits::DEFAULT, &mut diags).unwrap();
+            let mut cx = Cx::new(&mut diags);
+            let e = decode_exec(&mut cx, &node, &Path::from(AT));
+            (e, diags)
+        };
+        let (e, d) = read("allow: [/usr/bin/python3, /opt/pack/bin]");
+        assert!(!d.has_errors(), "{d:?}");
+        assert_eq!(e.unwrap().allow, ["/usr/bin/python3", "/opt/pack/bin"]);
+        for (text, fragment) in [
+            ("allow: []", "names no program"),
+            ("{}", "`allow` is required"),
+            ("allow: [python3]", "not an absolute, clean path"),
+            ("allow: [/usr/bin/../bin/sh]", "not an absolute, clean path"),
+            ("allow: [/bin/sh, /bin/sh]", "listed twice"),
+            ("allow: [/bin/sh]\ndeny: [/bin/rm]", "unknown field `deny`"),
         ] {
             let (_, d) = read(text);
             assert!(
