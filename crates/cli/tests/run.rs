@@ -142,6 +142,20 @@ impl Env {
     }
 }
 
+/// Asserts that probe `k` printed `v`, showing the run's whole output when it did not.
+fn expect_probe(
+    p: &std::collections::BTreeMap<String, String>,
+    (stdout, stderr): (&str, &str),
+    k: &str,
+    v: &str,
+) {
+    assert_eq!(
+        p.get(k).map(String::as_str),
+        Some(v),
+        "{k} in:\n{stdout}\n{stderr}"
+    );
+}
+
 /// One line per probe: `name=result`.
 fn probes(stdout: &str) -> std::collections::BTreeMap<String, String> {
     stdout
@@ -251,13 +265,7 @@ echo "install_env=$(cat /tmp/install-env)"
     let (stdout, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
     let p = probes(&stdout);
-    let expect = |k: &str, v: &str| {
-        assert_eq!(
-            p.get(k).map(String::as_str),
-            Some(v),
-            "{k} in:\n{stdout}\n{stderr}"
-        )
-    };
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("curl_allowed", "200");
     expect("python_allowed", "200");
     expect("curl_refused", "reason: no_matching_allow");
@@ -1050,13 +1058,7 @@ except e.HTTPError as err:
     std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
     let (code, p, stdout, stderr) = run_probe(&env, "pack", &["--fail-on-violation"]);
     assert_eq!(code, Some(3), "{stdout}\n{stderr}");
-    let expect = |k: &str, v: &str| {
-        assert_eq!(
-            p.get(k).map(String::as_str),
-            Some(v),
-            "{k} in:\n{stdout}\n{stderr}"
-        )
-    };
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("get", "200");
     expect("get_tls", "200");
     expect("post", "reason: denied_by_rule");
@@ -1109,13 +1111,7 @@ echo "other_port=$(c https://api.test:1/)"
     std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
     let (code, p, stdout, stderr) = run_probe(&env, "pack", &[]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    let expect = |k: &str, v: &str| {
-        assert_eq!(
-            p.get(k).map(String::as_str),
-            Some(v),
-            "{k} in:\n{stdout}\n{stderr}"
-        )
-    };
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("https", "200");
     expect("https_in_clear", "403");
     expect("http", "200");
@@ -1221,13 +1217,7 @@ except OSError as e:
     let (code, stdout, stderr) = env.run_kit("pack", pack, &["sh", "-c", script]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let p = probes(&stdout);
-    let expect = |k: &str, v: &str| {
-        assert_eq!(
-            p.get(k).map(String::as_str),
-            Some(v),
-            "{k}:\n{stdout}\n{stderr}"
-        )
-    };
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("in_place", "ok");
     expect("in_tmp", "ok");
     expect("workspace_root", "refused");
@@ -1277,13 +1267,7 @@ for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pa
     let (code, stdout, stderr) = env.run_kit("pack", pack, &["python3", "probe.py"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let p = probes(&stdout);
-    let expect = |k: &str, v: &str| {
-        assert_eq!(
-            p.get(k).map(String::as_str),
-            Some(v),
-            "{k}:\n{stdout}\n{stderr}"
-        )
-    };
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("python", "runs");
     expect("/bin/true", "EACCES");
     expect("sh", "EACCES");
