@@ -707,13 +707,16 @@ fn run_provisioned(
     if let Some(w) = workload
         && refused > 0
     {
-        store.flag_kit(&Violations {
+        // Best effort: the run's own outcome (its exit code) never depends on the flag.
+        if let Err(e) = store.flag_kit(&Violations {
             digest: &w.digest,
             kit: &w.reference,
             version: w.descriptor.version.as_deref(),
             refusals: u64::try_from(refused).unwrap_or(u64::MAX),
             sandbox: name,
-        })?;
+        }) {
+            eprintln!("capgate: WARNING: this pack version could not be flagged: {e}");
+        }
     }
     if args.fail_on_violation && refused > 0 {
         return Ok(exit::VIOLATION);

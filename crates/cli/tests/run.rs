@@ -1191,7 +1191,8 @@ fn a_pack_version_is_flagged_after_a_violation_until_it_changes() {
 }
 
 /// A pack's write places (`dev.capgate/filesystem@1`): writes beneath them succeed (a
-/// missing one is made), writes anywhere else fail with EACCES, the workspace and home
+/// missing one is made), writes and metadata changes anywhere else fail (EROFS: the mounts
+/// around the places are read-only; EACCES from Landlock beside a place), the workspace and home
 /// included, beside the twin without the capability, which writes there freely. A place
 /// beneath no writable mount refuses the run with the reason.
 #[test]
@@ -1205,6 +1206,11 @@ w /tmp/t in_tmp
 w notes.txt workspace_root
 w /home/agent/h in_home
 w out/o.json beside_place
+m() { if sh -c "$1" 2>/dev/null; then echo "$2=ok"; else echo "$2=refused"; fi; }
+m "chmod 777 notes.txt" chmod_outside
+m "touch -d 2001-01-01 notes.txt" utimes_outside
+m "python3 -c 'import os; os.setxattr(\"notes.txt\", \"user.evil\", b\"1\")'" xattr_outside
+m "chmod 600 out/reports/r.json" chmod_in_place
 echo "made=$(stat -c %U out/reports)"
 python3 -c '
 import errno
@@ -1224,14 +1230,24 @@ except OSError as e:
     expect("in_home", "refused");
     expect("beside_place", "refused");
     expect("made", "agent");
-    expect("python_errno", "EACCES");
+    expect("python_errno", "EROFS");
+    // Metadata, which Landlock does not hold: the mounts around the places are read-only.
+    expect("chmod_outside", "refused");
+    expect("utimes_outside", "refused");
+    expect("xattr_outside", "refused");
+    expect("chmod_in_place", "ok");
 
     // The twin: no write places, the sandbox's defaults.
     let plain = "schemaVersion: \"3\"\nkind: workload\n";
     let (code, stdout, stderr) = env.run_kit("plain", plain, &["sh", "-c", script]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let p = probes(&stdout);
-    for k in ["workspace_root", "in_home"] {
+    for k in [
+        "workspace_root",
+        "in_home",
+        "chmod_outside",
+        "utimes_outside",
+    ] {
         assert_eq!(p.get(k).map(String::as_str), Some("ok"), "{k}: {stdout}");
     }
 

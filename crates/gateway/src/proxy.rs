@@ -460,6 +460,7 @@ impl Gateway {
         let mut phase = self.cfg().phase.changes();
         let mut rules = self.cfg().policy.changes();
         let opaque = http.is_none();
+        let began = self.cfg().phase.get();
         // The grant was decided before these subscriptions: a change in between is caught
         // by deciding once more now, before the first wait.
         let mut first = true;
@@ -481,6 +482,17 @@ impl Gateway {
                 return Verdict::refused(
                     Reason::InspectionRequired,
                     "the host's rules changed: only some requests are granted now, and this connection cannot be inspected",
+                );
+            }
+            // A read-only workload is judged request by request: nothing an install hook
+            // opened (a WebSocket, a body still streaming) carries on into its runtime.
+            if self.cfg().read_only
+                && began == Phase::Install
+                && self.cfg().phase.get() == Phase::Runtime
+            {
+                return Verdict::refused(
+                    Reason::HttpNotAllowed,
+                    "this connection was opened by an install hook, and the sandbox's determinism tier is read-only: the runtime gets none carried over",
                 );
             }
         }
@@ -792,8 +804,13 @@ impl Gateway {
         // sentinel sent to any host is seen (and refused); without sentinels, hosts granted
         // outright are tunnelled opaquely.
         let broker = &self.cfg().broker;
-        let intercept =
-            verdict.inspect || broker.intercepts(&host, phase) || broker.has_sentinels();
+        // A read-only sandbox's runtime traffic is all inspected, whatever rules are in
+        // force: its requests are held to reading one by one.
+        let read_only = self.cfg().read_only && phase == Phase::Runtime;
+        let intercept = verdict.inspect
+            || read_only
+            || broker.intercepts(&host, phase)
+            || broker.has_sentinels();
         if intercept && self.cfg().ca.is_none() {
             let v = Verdict::refused(
                 Reason::InspectionRequired,
@@ -1143,7 +1160,8 @@ impl Gateway {
         if verdict.is_allowed()
             && let Some(refused) = self.read_only_refusal(
                 &head.method,
-                head.framing != Framing::None,
+                // `Content-Length: 0` is no body (Python's requests sends it on OPTIONS).
+                !matches!(head.framing, Framing::None | Framing::Length(0)),
                 h1::is_websocket_upgrade(&head),
             )
         {

@@ -2348,3 +2348,56 @@ async fn egress_triples_grant_host_port_and_protocol_together() {
     let (_, out) = curl(&h, &["-i", "https://secure.test:1/"]).await;
     assert!(!out.contains("hello from"), "{out}");
 }
+
+/// A read-only sandbox gets nothing its install hooks opened carried into its runtime: a
+/// WebSocket opened during install is cut at the switch, beside the twin without the
+/// tier, where it goes on. `Content-Length: 0` is no body (Python's requests sends it on
+/// OPTIONS), so reads with it pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_runtime_gets_no_connection_from_install() {
+    async fn echo_after_switch(read_only: bool) -> bool {
+        let h = harness_tiered(false, false, Limits::default(), Vec::new(), read_only).await;
+        h.gw.phase().set(Phase::Install);
+        let (mut ws, head) = websocket_handshake(&h, "plain.test", h.ports["plain.test"]).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        h.gw.phase().set(Phase::Runtime);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let mask = [1u8, 2, 3, 4];
+        let mut frame = vec![0x81, 0x80 | 5];
+        frame.extend_from_slice(&mask);
+        frame.extend(b"later".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        if ws.write_all(&frame).await.is_err() {
+            return false;
+        }
+        let mut echo = [0u8; 7];
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(3), ws.read_exact(&mut echo)).await,
+            Ok(Ok(_)) if &echo == b"\x81\x05later"
+        )
+    }
+    assert!(
+        !echo_after_switch(true).await,
+        "the read-only runtime got the hook's WebSocket"
+    );
+    assert!(
+        echo_after_switch(false).await,
+        "without the tier the WebSocket goes on"
+    );
+
+    let h = harness_tiered(false, false, Limits::default(), Vec::new(), true).await;
+    for method in ["GET", "OPTIONS"] {
+        let (code, out) = curl(
+            &h,
+            &[
+                "-X",
+                method,
+                "-H",
+                "Content-Length: 0",
+                &url(&h, "http", "plain.test", "/empty"),
+            ],
+        )
+        .await;
+        assert_eq!(code, 0, "{method}: {out}");
+        assert!(out.contains("hello from plain.test"), "{method}: {out}");
+    }
+}

@@ -83,7 +83,12 @@ impl Linux {
                         data,
                         ..
                     } => Effect::Mount {
-                        source,
+                        // A place bound over itself is bound from the descriptor too.
+                        source: if source.as_ref() == Some(target) {
+                            Some(via.clone())
+                        } else {
+                            source
+                        },
                         target: via,
                         fstype,
                         flags,

@@ -574,6 +574,34 @@ pub(crate) fn init_effects(
         }
     }
 
+    // Landlock holds a pack's writes to its places, but not metadata (chmod, utimes,
+    // xattrs): the writable mounts themselves turn read-only, each place bound over itself
+    // first so that it stays writable (a place that is a mount of its own stays as it is).
+    if let Some(places) = &spec.write_only {
+        let beneath = |inner: Effect| Effect::Beneath {
+            root: root.to_path_buf(),
+            inner: Box::new(inner),
+        };
+        for place in places {
+            if spec.writable_base(place).as_deref() != Some(place.as_path()) {
+                let at = r(&place.to_string_lossy());
+                push(beneath(bind(at.clone(), at)));
+            }
+        }
+        let bases = [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
+            .into_iter()
+            .map(PathBuf::from)
+            .chain(spec.volumes.iter().map(|v| v.target.clone()));
+        for base in bases {
+            if !places.iter().any(|p| base.starts_with(p)) {
+                push(beneath(remount_bind(
+                    r(&base.to_string_lossy()),
+                    MsFlags::MS_RDONLY | NOSUID_NODEV,
+                )));
+            }
+        }
+    }
+
     // The root itself becomes read-only; then it becomes `/`.
     push(Effect::Remount {
         target: root.to_path_buf(),
@@ -1292,6 +1320,44 @@ mod tests {
                 PathBuf::from("/state/box/root/home/agent/workspace/out/reports"),
             ],
             "parents first, nothing for /tmp (a mount of its own)"
+        );
+        // The place is bound over itself; the mounts it does not cover turn read-only.
+        let inner = |e: &Effect| match e {
+            Effect::Beneath { inner, .. } => Some(inner.as_ref().clone()),
+            _ => None,
+        };
+        let place = PathBuf::from("/state/box/root/home/agent/workspace/out/reports");
+        let bound = position(&fx, |e| {
+            matches!(inner(e), Some(Effect::Mount { source: Some(s), target, flags, .. })
+                if s == place && target == place && flags.contains(MsFlags::MS_BIND))
+        });
+        let read_only: Vec<PathBuf> = fx
+            .iter()
+            .filter_map(|e| match inner(e) {
+                Some(Effect::Remount { target, flags }) if flags.contains(MsFlags::MS_RDONLY) => {
+                    Some(target)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            read_only,
+            [
+                PathBuf::from("/state/box/root/home/agent/workspace"),
+                PathBuf::from("/state/box/root/home/agent"),
+                PathBuf::from("/state/box/root/dev/shm"),
+                PathBuf::from("/state/box/root/home/agent/.cache/tools"),
+                PathBuf::from("/state/box/root/cache"),
+            ],
+            "/tmp is a place: it stays writable"
+        );
+        let first_read_only = position(
+            &fx,
+            |e| matches!(inner(e), Some(Effect::Remount { flags, .. }) if flags.contains(MsFlags::MS_RDONLY)),
+        );
+        assert!(
+            bound < first_read_only,
+            "bound while its mount is still writable"
         );
         let overlay = position(&fx, |e| {
             matches!(

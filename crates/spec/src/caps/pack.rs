@@ -278,7 +278,9 @@ pub(crate) fn egress_block_keys(config: &Node) -> Vec<BlockKey> {
 }
 
 /// `dev.capgate/filesystem@1`: where the workload may write (seed 002's `fs.write`). With
-/// it, writes anywhere else fail with EACCES, the workspace, home and `/tmp` included;
+/// it, writes anywhere else fail (EROFS: the sandbox's writable mounts turn read-only
+/// around the places, which also holds chmod, utimes and xattrs; EACCES from Landlock
+/// where a mount stays writable), the workspace, home and `/tmp` included;
 /// without it, those are writable. Paths are inside the sandbox and prefix-matched
 /// (`/home/agent/workspace/out` grants `…/out/report.json`); each must lie beneath the
 /// workspace, `/home/agent`, `/tmp`, `/dev/shm` or a volume (judged at run). An empty list
