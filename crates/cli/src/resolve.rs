@@ -206,6 +206,12 @@ pub fn render_surface(surface: &Surface) -> String {
     }
     if let Some(tier) = surface.determinism {
         let _ = writeln!(s, "\nDeterminism: {tier}");
+        if tier == capgate_spec::caps::pack::Tier::ReadOnly {
+            let _ = writeln!(
+                s,
+                "  (held to reading: only GET, HEAD and OPTIONS requests without a body leave, whatever is allowed above)"
+            );
+        }
     }
     if surface.privileged {
         let _ = writeln!(s, "\nPrivileged: yes");

@@ -173,3 +173,23 @@ fn a_host_the_gateway_cannot_judge_is_an_error_with_its_line() {
         "{text}"
     );
 }
+
+/// The example pack lints clean under --strict, and `resolve` shows its pack grants: the
+/// egress triple, the write places, the tier and what the tier holds it to.
+#[test]
+fn the_example_pack_is_clean_and_resolve_shows_its_pack_grants() {
+    let out = capgate(&["lint", "--strict", "examples/kits/reader"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = capgate(&["resolve", "examples/kits/reader"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for line in [
+        "Egress (runtime):",
+        "allow        pypi.org:443/https",
+        "Writes only beneath: /home/agent/workspace/summaries, /tmp",
+        "Determinism: read-only",
+        "only GET, HEAD and OPTIONS requests without a body leave",
+    ] {
+        assert!(text.contains(line), "`{line}` missing:\n{text}");
+    }
+}
