@@ -551,6 +551,18 @@ fn run_provisioned(
             Some(Capability::Exec(x)) => Some(x.allow.iter().map(PathBuf::from).collect()),
             _ => None,
         });
+    // A pack's read list: the workspace shows only that (and its write places).
+    spec.workspace_read = plan
+        .composed
+        .entries
+        .iter()
+        .find_map(|e| match &e.capability {
+            Some(Capability::Filesystem(f)) => f
+                .read
+                .as_ref()
+                .map(|read| read.iter().map(PathBuf::from).collect()),
+            _ => None,
+        });
     // A pack's write places replace the sandbox's writable defaults.
     spec.write_only = plan
         .composed

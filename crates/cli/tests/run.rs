@@ -1306,3 +1306,61 @@ for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pa
     let (code, _, stderr) = env.run_kit("pack", pack, &["sh", "-c", "true"]);
     assert_eq!(code, Some(126), "{stderr}");
 }
+
+/// A pack's read list (`dev.capgate/filesystem@1` `read`): the workspace shows only the
+/// listed paths (read-only) and the write places; everything else of it does not exist
+/// (ENOENT), its names never listed, beside the twin without the list, which sees it all.
+/// A link in the workspace where a listed path should be shows nothing of where it leads.
+#[test]
+fn a_pack_sees_only_the_workspace_paths_it_reads() {
+    let env = setup();
+    for (path, text) in [
+        ("ws/inputs/data.csv", "a,b\n"),
+        ("ws/README.md", "readme\n"),
+        ("ws/secret/token.txt", "hunter2\n"),
+    ] {
+        std::fs::create_dir_all(env.path(path).parent().unwrap()).unwrap();
+        std::fs::write(env.path(path), text).unwrap();
+    }
+    std::os::unix::fs::symlink("/etc", env.path("ws/etc-link")).unwrap();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent/workspace/out]\n      read: [/home/agent/workspace/inputs, /home/agent/workspace/README.md, /home/agent/workspace/missing, /home/agent/workspace/etc-link]\n";
+    let script = r#"
+echo "listing=$(ls -A | tr '\n' ' ')"
+echo "input=$(cat inputs/data.csv | head -1)"
+echo "readme=$(cat README.md)"
+python3 -c '
+import errno
+for p in ("secret/token.txt", "notes.txt", "missing", "etc-link/passwd"):
+    try:
+        open(p).read(); print(p + "=read")
+    except OSError as e:
+        print(p + "=" + errno.errorcode[e.errno])
+'
+if echo x > inputs/new.csv 2>/dev/null; then echo "write_input=ok"; else echo "write_input=refused"; fi
+if echo x > out/result.txt 2>/dev/null; then echo "write_out=ok"; else echo "write_out=refused"; fi
+"#;
+    let (code, stdout, stderr) = env.run_kit("pack", pack, &["sh", "-c", script]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
+    expect("listing", "README.md inputs out");
+    expect("input", "a,b");
+    expect("readme", "readme");
+    expect("secret/token.txt", "ENOENT");
+    expect("notes.txt", "ENOENT");
+    expect("missing", "ENOENT");
+    expect("etc-link/passwd", "ENOENT");
+    expect("write_input", "refused");
+    expect("write_out", "ok");
+
+    // The twin: no read list, the whole workspace.
+    let plain = "schemaVersion: \"3\"\nkind: workload\n";
+    let (code, stdout, stderr) = env.run_kit("plain", plain, &["sh", "-c", script]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    assert_eq!(
+        p.get("secret/token.txt").map(String::as_str),
+        Some("read"),
+        "{stdout}"
+    );
+}

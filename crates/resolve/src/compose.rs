@@ -814,11 +814,18 @@ fn reconcile(
             }
         }
         (C::Egress(_), C::Egress(_)) => Ok(None),
-        (C::Filesystem(x), C::Filesystem(y)) => Ok(union(&x.write, &y.write).map(|write| {
-            Held::Typed(C::Filesystem(capgate_spec::caps::pack::Filesystem {
-                write,
-            }))
-        })),
+        (C::Filesystem(x), C::Filesystem(y)) => {
+            // Grants union: write places add up; the workspace shows what either kit
+            // reads, and all of it when one of them reads it all (states no `read`).
+            let merged = capgate_spec::caps::pack::Filesystem {
+                write: union(&x.write, &y.write).unwrap_or_else(|| x.write.clone()),
+                read: match (&x.read, &y.read) {
+                    (Some(a), Some(b)) => Some(union(a, b).unwrap_or_else(|| a.clone())),
+                    _ => None,
+                },
+            };
+            Ok((merged != *x).then(|| Held::Typed(C::Filesystem(merged))))
+        }
         (C::Exec(x), C::Exec(y)) => Ok(union(&x.allow, &y.allow)
             .map(|allow| Held::Typed(C::Exec(capgate_spec::caps::pack::Exec { allow })))),
         (C::Determinism(x), C::Determinism(y)) if x != y => Err(Refusal::new(format!(

@@ -79,6 +79,10 @@ pub struct Surface {
     /// absent when the kits leave writes to the sandbox's defaults (which is wider).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem_write: Option<Vec<String>>,
+    /// capgate's own: what of the workspace the workload sees (`dev.capgate/filesystem@1`
+    /// `read`), sorted; absent when it sees all of it (which is wider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem_read: Option<Vec<String>>,
     /// capgate's own: the programs the workload may execute (`dev.capgate/exec@1`),
     /// sorted; absent when any program may run (which is wider).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,9 +117,13 @@ impl Surface {
             list.sort_unstable();
             list.dedup();
         }
-        for list in [&mut self.filesystem_write, &mut self.exec_allow]
-            .into_iter()
-            .flatten()
+        for list in [
+            &mut self.filesystem_write,
+            &mut self.filesystem_read,
+            &mut self.exec_allow,
+        ]
+        .into_iter()
+        .flatten()
         {
             list.sort_unstable();
             list.dedup();
@@ -127,6 +135,7 @@ impl Surface {
         !self.privileged
             && self.determinism.is_none()
             && self.filesystem_write.is_none()
+            && self.filesystem_read.is_none()
             && self.exec_allow.is_none()
             && self.lists().iter().all(|l| l.is_empty())
     }
@@ -232,10 +241,16 @@ impl Surface {
                 .exec_allow
                 .get_or_insert_with(Vec::new)
                 .extend(x.allow.iter().cloned()),
-            Some(Capability::Filesystem(f)) => self
-                .filesystem_write
-                .get_or_insert_with(Vec::new)
-                .extend(f.write.iter().cloned()),
+            Some(Capability::Filesystem(f)) => {
+                self.filesystem_write
+                    .get_or_insert_with(Vec::new)
+                    .extend(f.write.iter().cloned());
+                if let Some(read) = &f.read {
+                    self.filesystem_read
+                        .get_or_insert_with(Vec::new)
+                        .extend(read.iter().cloned());
+                }
+            }
             Some(Capability::Determinism(d)) => {
                 self.determinism = Some(self.determinism.map_or(d.tier, |t| t.max(d.tier)));
             }

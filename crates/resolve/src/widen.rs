@@ -42,13 +42,14 @@ pub enum Category {
     Services,
     Egress,
     FilesystemWrite,
+    FilesystemRead,
     ExecAllow,
     Determinism,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 24] = [
+    pub const ALL: [Category; 25] = [
         Category::NetworkInstallAllow,
         Category::NetworkRuntimeAllow,
         Category::NetworkInstallDenyRemoved,
@@ -71,6 +72,7 @@ impl Category {
         Category::Services,
         Category::Egress,
         Category::FilesystemWrite,
+        Category::FilesystemRead,
         Category::ExecAllow,
         Category::Determinism,
     ];
@@ -100,6 +102,7 @@ impl Category {
             Category::Services => "services",
             Category::Egress => "egress",
             Category::FilesystemWrite => "filesystem.write",
+            Category::FilesystemRead => "filesystem.read",
             Category::ExecAllow => "exec.allow",
             Category::Determinism => "determinism",
         }
@@ -260,6 +263,14 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
             g.filesystem_write.as_deref(),
             c.filesystem_write.as_deref(),
             "anywhere the sandbox lets a workload write (no list)",
+        ),
+    );
+    report(
+        Category::FilesystemRead,
+        place_widenings(
+            g.filesystem_read.as_deref(),
+            c.filesystem_read.as_deref(),
+            "the whole workspace (no list)",
         ),
     );
     report(

@@ -195,6 +195,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
             pick(EGRESS),
             proptest::option::of(pick(WRITE_PLACES)),
             proptest::option::of(pick(PROGRAMS)),
+            proptest::option::of(pick(WRITE_PLACES)),
         ),
         (
             pick(SERVICES),
@@ -224,6 +225,7 @@ fn any_surface() -> impl Strategy<Value = Surface> {
                 egress: n.8,
                 filesystem_write: n.9,
                 exec_allow: n.10,
+                filesystem_read: n.11,
                 credentials_install: o.0,
                 credentials_runtime: o.1,
                 ssh_agent: o.2,
@@ -439,6 +441,10 @@ proptest! {
                     | Category::NetworkRuntimeHttpDenyRemoved
                     | Category::Privileged
             );
+            if x.category == Category::FilesystemRead && b.filesystem_read.is_none() {
+                prop_assert!(x.detail.starts_with("the whole workspace"), "{x}");
+                continue;
+            }
             if x.category == Category::ExecAllow && b.exec_allow.is_none() {
                 prop_assert!(x.detail.starts_with("any program"), "{x}");
                 continue;

@@ -173,6 +173,11 @@ fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
     for dir in [spec.state_dir.clone(), spec.state_dir.join("root")] {
         create_private_dir(&dir).map_err(|err| e("create", &dir, err))?;
     }
+    if spec.workspace_read.is_some() {
+        // Where the whole workspace is mounted, outside the new root, for the view.
+        let view = spec.state_dir.join("view");
+        create_private_dir(&view).map_err(|err| e("create", &view, err))?;
+    }
     if spec.workspace.mode == WorkspaceMode::Copy {
         for dir in [spec.state_dir.join("upper"), spec.state_dir.join("work")] {
             create_private_dir(&dir).map_err(|err| e("create", &dir, err))?;

@@ -99,6 +99,20 @@ pub(crate) enum Effect {
     /// already, which is left exactly as it is (it may be the host's, in a `--mount`
     /// workspace). Applied beneath a root only.
     EnsureDir { path: PathBuf, owner: (u32, u32) },
+    /// Shows `rel` of the workspace (mounted at `from`, outside the new root) in the
+    /// view: opened beneath `from` without following a link, the matching
+    /// directory or empty file made at `view/rel` (parents too), bound there, read-only unless
+    /// `writable`. A missing `rel` stays missing, unless `writable`: then it is made (the
+    /// agent's) in the workspace first.
+    BindView {
+        from: PathBuf,
+        rel: PathBuf,
+        /// The view: where the workspace is shown (`to` is `view/rel`).
+        view: PathBuf,
+        writable: bool,
+        /// Inside ids of what is made in the workspace for a writable `rel`.
+        owner: (u32, u32),
+    },
     /// Create a file with contents and mode.
     WriteFile {
         path: PathBuf,

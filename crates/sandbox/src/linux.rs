@@ -107,6 +107,100 @@ impl Linux {
         }
     }
 
+    /// [`Effect::BindView`].
+    fn bind_view(
+        &mut self,
+        from: &Path,
+        rel: &Path,
+        view: &Path,
+        writable: bool,
+        owner: (u32, u32),
+    ) -> io::Result<Applied> {
+        let source = from.join(rel);
+        let src = match open_beneath(from, &source, OFlags::PATH) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !writable => {
+                return Ok(Applied::Nothing); // not in the workspace: not in the view either
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A write place the workspace lacks: made there, the agent's.
+                let mut at = from.to_path_buf();
+                for part in rel.components() {
+                    at.push(part);
+                    let (fd, made) = make_dir_beneath(from, &at, 0o755)?;
+                    if made {
+                        rustix::fs::fchown(
+                            &fd,
+                            Some(rustix::fs::Uid::from_raw(owner.0)),
+                            Some(rustix::fs::Gid::from_raw(owner.1)),
+                        )
+                        .map_err(|e| with_path(e.into(), "chown", &at))?;
+                    }
+                }
+                open_beneath(from, &source, OFlags::PATH)?
+            }
+            Err(e) => return Err(e),
+        };
+        let kind = rustix::fs::fstat(&src)
+            .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode))
+            .map_err(|e| with_path(e.into(), "stat", &source))?;
+        let is_dir = match kind {
+            rustix::fs::FileType::Directory => true,
+            rustix::fs::FileType::RegularFile => false,
+            // A link (opened as itself, never followed), a device, a socket or a pipe where a
+            // listed path should be: nothing is shown.
+            _ => return Ok(Applied::Nothing),
+        };
+        // The mount point in the view, parents first (the view is capgate's own tmpfs).
+        let target = view.join(rel);
+        let mut at = view.to_path_buf();
+        let parts: Vec<_> = rel.components().collect();
+        for (i, part) in parts.iter().enumerate() {
+            at.push(part);
+            if i + 1 < parts.len() || is_dir {
+                make_dir_beneath(view, &at, 0o755)?;
+            } else {
+                let parent = open_beneath(
+                    view,
+                    at.parent().unwrap_or(view),
+                    OFlags::PATH | OFlags::DIRECTORY,
+                )?;
+                let name = at
+                    .file_name()
+                    .ok_or_else(|| other("a view path has no name"))?;
+                rustix::fs::openat(
+                    &parent,
+                    name,
+                    OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o644),
+                )
+                .map_err(|e| with_path(e.into(), "create", &at))?;
+            }
+        }
+        let dst = open_beneath(view, &target, OFlags::PATH)?;
+        nix::mount::mount(
+            Some(Path::new(&format!("/proc/self/fd/{}", src.as_raw_fd()))),
+            Path::new(&format!("/proc/self/fd/{}", dst.as_raw_fd())),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| nix_err(e, "bind", &target))?;
+        let flags = MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        let flags = if writable {
+            flags
+        } else {
+            flags | MsFlags::MS_RDONLY
+        };
+        // Opened again: the path now leads to the bind just made.
+        let bound = open_beneath(view, &target, OFlags::PATH)?;
+        self.apply(&Effect::Remount {
+            target: PathBuf::from(format!("/proc/self/fd/{}", bound.as_raw_fd())),
+            flags,
+        })
+        .map_err(|e| io::Error::new(e.kind(), format!("{e} (at `{}`)", target.display())))
+    }
+
     /// A copy of the prepared ruleset for a forked command (it shares the kernel object).
     pub(crate) fn landlock_for_child(&self) -> Option<RulesetCreated> {
         self.landlock.as_ref().and_then(|r| r.try_clone().ok())
@@ -614,6 +708,13 @@ impl Kernel for Linux {
                     path.display()
                 )));
             }
+            Effect::BindView {
+                from,
+                rel,
+                view,
+                writable,
+                owner,
+            } => return self.bind_view(from, rel, view, *writable, *owner),
             Effect::MakeDir { path, mode, owner } => {
                 match std::fs::DirBuilder::new().mode(*mode).create(path) {
                     Ok(()) => {}

@@ -491,10 +491,18 @@ pub(crate) fn init_effects(
         owner: Some((AGENT_ID, AGENT_ID)),
     });
     let host_ws = spec.workspace.host_dir.clone();
+    // With a read list, the workspace is mounted outside the new root (in this mount
+    // namespace only; gone with the old root at pivot_root) and shown through a view.
+    let view = workspace_view(spec);
+    let ws_at = match &view {
+        // Made by the helper, beside the root (`helper::prepare_state`).
+        Some(_) => spec.state_dir.join("view"),
+        None => r(WORKSPACE_DIR),
+    };
     match spec.workspace.mode {
         WorkspaceMode::Copy => push(mount_fs(
             "overlay",
-            r(WORKSPACE_DIR),
+            ws_at.clone(),
             NOSUID_NODEV,
             format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
@@ -504,8 +512,28 @@ pub(crate) fn init_effects(
             ),
         )),
         WorkspaceMode::Mount => {
-            push(bind(host_ws, r(WORKSPACE_DIR)));
-            push(remount_bind(r(WORKSPACE_DIR), NOSUID_NODEV));
+            push(bind(host_ws, ws_at.clone()));
+            push(remount_bind(ws_at.clone(), NOSUID_NODEV));
+        }
+    }
+    if let Some(view) = &view {
+        push(mount_fs(
+            "tmpfs",
+            r(WORKSPACE_DIR),
+            NOSUID_NODEV,
+            format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
+        ));
+        for (path, writable) in view {
+            push(Effect::BindView {
+                from: ws_at.clone(),
+                rel: path
+                    .strip_prefix(WORKSPACE_DIR)
+                    .unwrap_or(path)
+                    .to_path_buf(),
+                view: r(WORKSPACE_DIR),
+                writable: *writable,
+                owner: (AGENT_ID, AGENT_ID),
+            });
         }
     }
 
@@ -554,7 +582,11 @@ pub(crate) fn init_effects(
     // A pack's write-only places: made where missing (the agent's), beneath their writable
     // mount and never through a link; what exists is left alone (a --mount workspace's
     // directories are the host's).
+    let in_view = |p: &Path| view.is_some() && p.starts_with(WORKSPACE_DIR);
     for path in spec.write_only.iter().flatten() {
+        if in_view(path) {
+            continue; // shown, made and bound writable by the view
+        }
         let Some(base) = spec.writable_base(path) else {
             continue; // refused by `validate`
         };
@@ -583,7 +615,7 @@ pub(crate) fn init_effects(
             inner: Box::new(inner),
         };
         for place in places {
-            if spec.writable_base(place).as_deref() != Some(place.as_path()) {
+            if !in_view(place) && spec.writable_base(place).as_deref() != Some(place.as_path()) {
                 let at = r(&place.to_string_lossy());
                 push(beneath(bind(at.clone(), at)));
             }
@@ -628,6 +660,26 @@ pub(crate) fn init_effects(
     ));
     out.push((h, Effect::Seccomp));
     out
+}
+
+/// What the workspace view shows, parents first: each read path (read-only) and each write
+/// place within the workspace (writable); `None` without a read list (all of it).
+fn workspace_view(spec: &SandboxSpec) -> Option<Vec<(PathBuf, bool)>> {
+    let read = spec.workspace_read.as_ref()?;
+    let places: Vec<&PathBuf> = spec
+        .write_only
+        .iter()
+        .flatten()
+        .filter(|p| p.starts_with(WORKSPACE_DIR) && p.as_path() != Path::new(WORKSPACE_DIR))
+        .collect();
+    let mut view: Vec<(PathBuf, bool)> = read
+        .iter()
+        .filter(|r| !places.iter().any(|p| p == r))
+        .map(|r| (r.clone(), false))
+        .chain(places.iter().map(|p| ((*p).clone(), true)))
+        .collect();
+    view.sort_by_key(|(p, _)| p.components().count());
+    Some(view)
 }
 
 /// The Landlock grants (sandbox paths).
@@ -1386,6 +1438,72 @@ mod tests {
         let mut s = spec(WorkspaceMode::Copy);
         s.write_only = Some(vec![PathBuf::from("/home/agent/workspace/../x")]);
         assert!(s.validate().is_err());
+    }
+
+    /// A read list mounts the workspace outside the new root and shows it through a
+    /// tmpfs view: each read path bound read-only, each write place within the workspace
+    /// bound writable (and not made or bound again by the write-place steps); validation
+    /// keeps read paths inside the workspace.
+    #[test]
+    fn a_read_list_shows_the_workspace_through_a_view() {
+        let mut s = spec(WorkspaceMode::Copy);
+        s.workspace_read = Some(vec![
+            PathBuf::from("/home/agent/workspace/inputs/raw"),
+            PathBuf::from("/home/agent/workspace/README.md"),
+        ]);
+        s.write_only = Some(vec![
+            PathBuf::from("/home/agent/workspace/out"),
+            PathBuf::from("/tmp"),
+        ]);
+        s.validate().unwrap();
+        let fx: Vec<Effect> = init_effects(&s, &host(), Path::new("/state/box/root"), (&[], false))
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        let overlay = position(
+            &fx,
+            |e| matches!(e, Effect::Mount { fstype: Some("overlay"), target, .. } if target == Path::new("/state/box/view")),
+        );
+        let view = position(
+            &fx,
+            |e| matches!(e, Effect::Mount { fstype: Some("tmpfs"), target, .. } if target == Path::new("/state/box/root/home/agent/workspace")),
+        );
+        let shown: Vec<(PathBuf, bool)> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::BindView {
+                    from,
+                    rel,
+                    view,
+                    writable,
+                    owner,
+                } => {
+                    assert_eq!(from, Path::new("/state/box/view"));
+                    assert_eq!(view, Path::new("/state/box/root/home/agent/workspace"));
+                    assert_eq!(*owner, (1000, 1000));
+                    Some((rel.clone(), *writable))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (PathBuf::from("README.md"), false),
+                (PathBuf::from("out"), true),
+                (PathBuf::from("inputs/raw"), false),
+            ]
+        );
+        let first_bind = position(&fx, |e| matches!(e, Effect::BindView { .. }));
+        assert!(overlay < view && view < first_bind);
+        // The write place in the view is neither made nor bound by the write-place steps.
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Beneath { inner, .. }
+            if matches!(inner.as_ref(), Effect::EnsureDir { path, .. } if path.ends_with("out")))));
+        let mut outside = spec(WorkspaceMode::Copy);
+        outside.workspace_read = Some(vec![PathBuf::from("/etc")]);
+        assert!(outside.validate().is_err());
+        outside.workspace_read = Some(vec![PathBuf::from("/home/agent/workspace")]);
+        assert!(outside.validate().is_err());
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct SandboxSpec {
     /// interpreters they name (an ELF program's loader, a script's `#!` line). Everything
     /// else fails with EACCES at `execve`.
     pub exec_only: Option<Vec<PathBuf>>,
+    /// When set (a pack's `dev.capgate/filesystem@1` `read`), the workspace shows only
+    /// these paths (each beneath it, read-only) and the write places within it; nothing
+    /// else of it exists inside (ENOENT). Paths missing from the workspace stay missing.
+    pub workspace_read: Option<Vec<PathBuf>>,
 }
 
 /// The workspace: a host directory and how it is shown.
@@ -276,6 +280,7 @@ impl SandboxSpec {
             writable: Vec::new(),
             write_only: None,
             exec_only: None,
+            workspace_read: None,
         }
     }
 
@@ -296,6 +301,16 @@ impl SandboxSpec {
         }
         for path in &self.writable {
             sandbox_path("writable", path)?;
+        }
+        for path in self.workspace_read.iter().flatten() {
+            clean_absolute("workspace_read", path)?;
+            if !path.starts_with(WORKSPACE_DIR) || path == Path::new(WORKSPACE_DIR) {
+                return Err(invalid(
+                    "workspace_read",
+                    path,
+                    "is not beneath the workspace (/home/agent/workspace); the rest of the root is shown read-only as always",
+                ));
+            }
         }
         for path in self.exec_only.iter().flatten() {
             clean_absolute("exec_only", path)?;

@@ -290,11 +290,27 @@ pub(crate) fn egress_block_keys(config: &Node) -> Vec<BlockKey> {
 pub struct Filesystem {
     /// Absolute, clean paths inside the sandbox.
     pub write: Vec<String>,
+    /// Seed 002's `fs.read`: when stated, the workspace shows only these paths (each
+    /// beneath `/home/agent/workspace`, read-only) and the write places within it;
+    /// everything else in it does not exist (ENOENT). Judged at run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Vec<String>>,
 }
 
 pub(crate) fn decode_filesystem(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Filesystem> {
-    let write = path_list(cx, node, path, "write", "write path")?;
-    Some(Filesystem { write })
+    let mut f = cx.fields(node, path)?;
+    let write = f.require(cx, "write").map(|n| (n, f.at("write")));
+    let read = f.take("read").map(|n| (n, f.at("read")));
+    f.finish(cx);
+    let write = paths(cx, write?, "write path");
+    let read = match read {
+        Some(list) => Some(paths(cx, list, "read path")?),
+        None => None,
+    };
+    Some(Filesystem {
+        write: write?,
+        read,
+    })
 }
 
 /// `dev.capgate/exec@1`: the programs the workload may execute (seed 002: "only the pack's
@@ -335,7 +351,11 @@ fn path_list(
     let mut f = cx.fields(node, path)?;
     let list = f.require(cx, key).map(|n| (n, f.at(key)));
     f.finish(cx);
-    let (list, at) = list?;
+    paths(cx, list?, what)
+}
+
+/// A list of absolute, clean paths (never `/`, none twice).
+fn paths(cx: &mut Cx<'_>, (list, at): (&Node, Path), what: &str) -> Option<Vec<String>> {
     let items = cx.string_list(list, &at)?;
     let mut out = Vec::with_capacity(items.len());
     let mut ok = true;
@@ -545,6 +565,12 @@ mod tests {
         let (f, d) = read("write: []");
         assert!(!d.has_errors(), "{d:?}");
         assert_eq!(f.unwrap().write, Vec::<String>::new());
+        let (f, d) = read("write: []\nread: [/home/agent/workspace/inputs]");
+        assert!(!d.has_errors(), "{d:?}");
+        assert_eq!(
+            f.unwrap().read,
+            Some(vec!["/home/agent/workspace/inputs".to_owned()])
+        );
         for (text, fragment) in [
             ("{}", "`write` is required"),
             ("write: [relative/out]", "not an absolute, clean path"),
@@ -553,7 +579,11 @@ mod tests {
             ("write: [/]", "not an absolute, clean path"),
             ("write: [/tmp, /tmp]", "listed twice"),
             ("write: /tmp", "list"),
-            ("write: [/tmp]\nread: [/x]", "unknown field `read`"),
+            ("write: [/tmp]\nreads: [/x]", "unknown field `reads`"),
+            (
+                "write: [/tmp]\nread: [x]",
+                "read path `x` is not an absolute",
+            ),
         ] {
             let (_, d) = read(text);
             assert!(
