@@ -1363,4 +1363,30 @@ if echo x > out/result.txt 2>/dev/null; then echo "write_out=ok"; else echo "wri
         Some("read"),
         "{stdout}"
     );
+
+    // Nested listed paths (a file inside a listed directory) and a listed path reached
+    // only through a link (which shows nothing) still run.
+    std::os::unix::fs::symlink("inputs", env.path("ws/inputs-link")).unwrap();
+    let nested = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: []\n      read: [/home/agent/workspace/inputs, /home/agent/workspace/inputs/data.csv, /home/agent/workspace/inputs-link/data.csv]\n";
+    let (code, stdout, stderr) = env.run_kit(
+        "nested",
+        nested,
+        &["sh", "-c", "cat inputs/data.csv; ls -A"],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "a,b\ninputs\n");
+
+    // A write place that is a link (here to /proc, inside a listed directory) would have
+    // Landlock grant where it leads: the run is refused.
+    std::os::unix::fs::symlink("/proc", env.path("ws/inputs/out")).unwrap();
+    let linked = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent/workspace/inputs/out]\n      read: [/home/agent/workspace/inputs]\n";
+    let (code, _, stderr) = env.run_kit("linked", linked, &["true"]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+
+    // A write place covering the whole workspace leaves a read list nothing to hide.
+    let covering = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent]\n      read: [/home/agent/workspace/inputs]\n";
+    let (code, _, stderr) = env.run_kit("covering", covering, &["true"]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("covers the whole workspace"), "{stderr}");
 }

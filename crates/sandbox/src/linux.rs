@@ -119,8 +119,15 @@ impl Linux {
         let source = from.join(rel);
         let src = match open_beneath(from, &source, OFlags::PATH) {
             Ok(fd) => fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !writable => {
-                return Ok(Applied::Nothing); // not in the workspace: not in the view either
+            // Not in the workspace, or only through a link: not in the view either.
+            Err(e)
+                if !writable
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                    ) =>
+            {
+                return Ok(Applied::Nothing);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 // A write place the workspace lacks: made there, the agent's.
@@ -146,6 +153,8 @@ impl Linux {
             .map_err(|e| with_path(e.into(), "stat", &source))?;
         let is_dir = match kind {
             rustix::fs::FileType::Directory => true,
+            // A write place is a directory (as beneath any other mount).
+            _ if writable => return Err(not_through_links(from, &source)),
             rustix::fs::FileType::RegularFile => false,
             // A link (opened as itself, never followed), a device, a socket or a pipe where a
             // listed path should be: nothing is shown.
@@ -157,6 +166,18 @@ impl Linux {
         let parts: Vec<_> = rel.components().collect();
         for (i, part) in parts.iter().enumerate() {
             at.push(part);
+            // Already there (inside a path shown before, whose bind holds it): used as it
+            // is, never made or opened for writing through that bind.
+            if let Ok(there) = open_beneath(view, &at, OFlags::PATH) {
+                let there_dir = rustix::fs::fstat(&there).is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::Directory
+                });
+                if there_dir != (i + 1 < parts.len() || is_dir) {
+                    return Err(not_through_links(view, &at));
+                }
+                continue;
+            }
             if i + 1 < parts.len() || is_dir {
                 make_dir_beneath(view, &at, 0o755)?;
             } else {
@@ -171,7 +192,11 @@ impl Linux {
                 rustix::fs::openat(
                     &parent,
                     name,
-                    OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::RDONLY
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
                     Mode::from_raw_mode(0o644),
                 )
                 .map_err(|e| with_path(e.into(), "create", &at))?;
@@ -249,10 +274,13 @@ fn nix_err(e: nix::Error, what: &str, path: &Path) -> io::Error {
 /// privileged namespace (dropping one gives EPERM).
 /// The error for a path that crosses a symbolic link (or something not a directory).
 fn not_through_links(root: &Path, at: &Path) -> io::Error {
-    other(format!(
-        "`/{}` is a symbolic link or not a directory (left in a volume or the workspace?): nothing is made or mounted through one",
-        at.strip_prefix(root).unwrap_or(at).display()
-    ))
+    io::Error::new(
+        io::ErrorKind::NotADirectory,
+        format!(
+            "`/{}` is a symbolic link or not a directory (left in a volume or the workspace?): nothing is made or mounted through one",
+            at.strip_prefix(root).unwrap_or(at).display()
+        ),
+    )
 }
 
 /// Opens `path` below `root` one component at a time, never following a symbolic link
@@ -376,6 +404,13 @@ fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
         .map_err(landlock_error)?;
     let mut created = ruleset.create().map_err(landlock_error)?;
     for root in &rules.write_roots {
+        // PathFd follows a link: a write root that is one would grant where it leads.
+        if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(landlock_error(format!(
+                "`{}` is a symbolic link; a write place is granted only as itself",
+                root.display()
+            )));
+        }
         let fd =
             PathFd::new(root).map_err(|e| landlock_error(format!("`{}`: {e}", root.display())))?;
         created = created

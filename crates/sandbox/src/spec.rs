@@ -302,6 +302,19 @@ impl SandboxSpec {
         for path in &self.writable {
             sandbox_path("writable", path)?;
         }
+        if self.workspace_read.is_some()
+            && let Some(place) = self
+                .write_only
+                .iter()
+                .flatten()
+                .find(|p| Path::new(WORKSPACE_DIR).starts_with(p))
+        {
+            return Err(invalid(
+                "write_only",
+                place,
+                "covers the whole workspace, which leaves nothing for a read list to hide; list the write places within it",
+            ));
+        }
         for path in self.workspace_read.iter().flatten() {
             clean_absolute("workspace_read", path)?;
             if !path.starts_with(WORKSPACE_DIR) || path == Path::new(WORKSPACE_DIR) {
