@@ -60,7 +60,9 @@ enum Command {
     /// `dev.capgate/determinism@1` tier: changing HTTP methods or a host mount in a
     /// `read-only` workload, every host without `unrestricted`), `unused-install-grant`
     /// (install-phase grants in a workload that runs no install hook), `unwritable-place`
-    /// (a `dev.capgate/filesystem@1` place beneath no writable mount). Findings are
+    /// (a `dev.capgate/filesystem@1` place beneath no writable mount), `invalid-read-path`
+    /// (a read path outside the workspace, or a write place covering it; an error).
+    /// Findings are
     /// warnings; `--strict` makes `wildcard-host` and `tier-mismatch` errors, and a read-only
     /// grant of changing methods only is always an error. An invalid kit reports its
     /// validation problems (check `invalid`). Printed as `file:line:col: error[check]:

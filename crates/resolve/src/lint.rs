@@ -39,12 +39,16 @@ pub enum Check {
     InvalidHost,
     /// A write place (`dev.capgate/filesystem@1`) beneath no writable mount of the sandbox.
     UnwritablePlace,
+    /// A read path (`dev.capgate/filesystem@1`) outside the workspace, or a read list
+    /// beside a write place covering the whole workspace: the run is refused.
+    InvalidReadPath,
 }
 
 impl Check {
-    pub const ALL: [Check; 7] = [
+    pub const ALL: [Check; 8] = [
         Check::InvalidHost,
         Check::UnwritablePlace,
+        Check::InvalidReadPath,
         Check::WildcardHost,
         Check::AddressHost,
         Check::ShadowedAllow,
@@ -61,6 +65,7 @@ impl Check {
             Check::UnusedInstallGrant => "unused-install-grant",
             Check::InvalidHost => "invalid-host",
             Check::UnwritablePlace => "unwritable-place",
+            Check::InvalidReadPath => "invalid-read-path",
         }
     }
 
@@ -459,6 +464,41 @@ fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
             .and_then(|c| c.get("write"))
             .and_then(Node::as_seq)
             .unwrap_or_default();
+        const WORKSPACE: &str = "/home/agent/workspace";
+        if let Some(read) = &f.read {
+            let listed = entry
+                .config
+                .as_ref()
+                .and_then(|c| c.get("read"))
+                .and_then(Node::as_seq)
+                .unwrap_or_default();
+            for (i, path) in read.iter().enumerate() {
+                let p = std::path::Path::new(path);
+                if p.starts_with(WORKSPACE) && p != std::path::Path::new(WORKSPACE) {
+                    continue;
+                }
+                out.error(
+                    Check::InvalidReadPath,
+                    &Path::from(at.as_str()).key("config").key("read").index(i),
+                    listed.get(i).map_or(Pos::UNKNOWN, |n| n.pos),
+                    format!(
+                        "`{path}` is not beneath the workspace ({WORKSPACE}): a read list says what of the workspace is shown; the run is refused"
+                    ),
+                );
+            }
+            for (i, place) in f.write.iter().enumerate() {
+                if std::path::Path::new(WORKSPACE).starts_with(place) {
+                    out.error(
+                        Check::InvalidReadPath,
+                        &Path::from(at.as_str()).key("config").key("write").index(i),
+                        items.get(i).map_or(Pos::UNKNOWN, |n| n.pos),
+                        format!(
+                            "write place `{place}` covers the whole workspace, which leaves the read list nothing to hide; the run is refused"
+                        ),
+                    );
+                }
+            }
+        }
         for (i, place) in f.write.iter().enumerate() {
             let beneath = |base: &str| std::path::Path::new(place).starts_with(base);
             if ["/home/agent", "/tmp", "/dev/shm"].into_iter().any(beneath)
@@ -751,5 +791,38 @@ mod tests {
             ]
         );
         assert!(found.iter().all(|f| f.severity == Severity::Warning));
+    }
+
+    #[test]
+    fn read_paths_must_lie_in_the_workspace() {
+        let caps = "  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent]\n      read: [/home/agent/workspace/inputs, /etc, /home/agent/workspace]\n";
+        let found = lint(&kit("workload", caps), &opts(false));
+        let named: Vec<(&str, &str, Severity)> = found
+            .iter()
+            .map(|f| (f.check.code(), f.path.as_str(), f.severity))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (
+                    "invalid-read-path",
+                    "capabilities[0].config.write[0]",
+                    Severity::Error
+                ),
+                (
+                    "invalid-read-path",
+                    "capabilities[0].config.read[1]",
+                    Severity::Error
+                ),
+                (
+                    "invalid-read-path",
+                    "capabilities[0].config.read[2]",
+                    Severity::Error
+                ),
+            ]
+        );
+        // Its twin: read paths in the workspace, a write place within it.
+        let ok = "  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent/workspace/out]\n      read: [/home/agent/workspace/inputs]\n";
+        assert_eq!(lint(&kit("workload", ok), &opts(true)), vec![]);
     }
 }
