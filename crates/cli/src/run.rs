@@ -193,24 +193,18 @@ fn random_name() -> String {
 
 /// The composition's typed entries of one kind.
 fn lifecycle(plan: &Plan) -> Option<Lifecycle> {
-    plan.composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Lifecycle(l)) => Some(l.clone()),
-            _ => None,
-        })
+    crate::sandbox::capabilities(plan).find_map(|c| match c {
+        Capability::Lifecycle(l) => Some(l.clone()),
+        _ => None,
+    })
 }
 
 /// The composition's resources@1 entry (one author, spec §2.9), if any.
 fn resources(plan: &Plan) -> Option<&Resources> {
-    plan.composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Resources(r)) => Some(r),
-            _ => None,
-        })
+    crate::sandbox::capabilities(plan).find_map(|c| match c {
+        Capability::Resources(r) => Some(r),
+        _ => None,
+    })
 }
 
 /// resources@1 `memory`, in bytes. A value that cannot be applied is an error, never a
@@ -542,36 +536,19 @@ fn run_provisioned(
         },
     );
     spec.volumes = volumes(plan, base, &dir.dir)?;
-    // A pack's exec allowlist: nothing else may be executed.
-    spec.exec_only = plan
-        .composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Exec(x)) => Some(x.allow.iter().map(PathBuf::from).collect()),
-            _ => None,
-        });
-    // A pack's read list: the workspace shows only that (and its write places).
-    spec.workspace_read = plan
-        .composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Filesystem(f)) => f
-                .read
-                .as_ref()
-                .map(|read| read.iter().map(PathBuf::from).collect()),
-            _ => None,
-        });
-    // A pack's write places replace the sandbox's writable defaults.
-    spec.write_only = plan
-        .composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Filesystem(f)) => Some(f.write.iter().map(PathBuf::from).collect()),
-            _ => None,
-        });
+    // A pack's exec allowlist, read list and write places (dev.capgate/exec@1,
+    // filesystem@1): what it may execute, what of the workspace it sees, where it writes.
+    let paths = |list: &[String]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
+    for capability in crate::sandbox::capabilities(plan) {
+        match capability {
+            Capability::Exec(x) => spec.exec_only = Some(paths(&x.allow)),
+            Capability::Filesystem(f) => {
+                spec.workspace_read = f.read.as_deref().map(paths);
+                spec.write_only = Some(paths(&f.write));
+            }
+            _ => {}
+        }
+    }
     spec.etc = EtcFiles {
         shell: PathBuf::from(if Path::new("/bin/bash").exists() {
             "/bin/bash"

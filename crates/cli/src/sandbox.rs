@@ -47,36 +47,35 @@ pub struct RmArgs {
     name: String,
 }
 
-/// The merged network policy of a composition, if any.
-pub fn network_policy(plan: &Plan) -> Option<&NetworkPolicy> {
+/// The typed capabilities of a composition's merged entries.
+pub fn capabilities(plan: &Plan) -> impl Iterator<Item = &Capability> {
     plan.composed
         .entries
         .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::NetworkPolicy(p)) => Some(p),
-            _ => None,
-        })
+        .filter_map(|e| e.capability.as_ref())
+}
+
+/// The merged network policy of a composition, if any.
+pub fn network_policy(plan: &Plan) -> Option<&NetworkPolicy> {
+    capabilities(plan).find_map(|c| match c {
+        Capability::NetworkPolicy(p) => Some(p),
+        _ => None,
+    })
 }
 
 /// The composition's determinism tier (`dev.capgate/determinism@1`), if it states one.
 pub fn determinism_tier(plan: &Plan) -> Option<Tier> {
-    plan.composed
-        .entries
-        .iter()
-        .find_map(|e| match &e.capability {
-            Some(Capability::Determinism(d)) => Some(d.tier),
-            _ => None,
-        })
+    capabilities(plan).find_map(|c| match c {
+        Capability::Determinism(d) => Some(d.tier),
+        _ => None,
+    })
 }
 
 /// The rules a composition provisions for sandbox `name`.
 pub fn kit_rules(name: &str, plan: &Plan) -> Vec<capgate_policy::store::NewRule> {
-    let egress: Vec<_> = plan
-        .composed
-        .entries
-        .iter()
-        .filter_map(|e| match &e.capability {
-            Some(Capability::Egress(t)) => Some(t),
+    let egress: Vec<_> = capabilities(plan)
+        .filter_map(|c| match c {
+            Capability::Egress(t) => Some(t),
             _ => None,
         })
         .collect();
@@ -88,12 +87,9 @@ pub fn kit_rules(name: &str, plan: &Plan) -> Vec<capgate_policy::store::NewRule>
 
 /// The credential services a composition declares.
 pub fn credential_services(plan: &Plan) -> Vec<String> {
-    let mut services: Vec<String> = plan
-        .composed
-        .entries
-        .iter()
-        .filter_map(|e| match &e.capability {
-            Some(Capability::Credential(c)) => Some(c.service.clone()),
+    let mut services: Vec<String> = capabilities(plan)
+        .filter_map(|c| match c {
+            Capability::Credential(c) => Some(c.service.clone()),
             _ => None,
         })
         .collect();

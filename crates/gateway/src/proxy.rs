@@ -339,7 +339,10 @@ impl Gateway {
             return None;
         }
         let why = if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
-            format!("`{}` may change something", printable_method(method))
+            format!(
+                "`{}` may change something",
+                capgate_spec::text::printable(method)
+            )
         } else if has_body {
             format!("a `{method}` with a body may change something")
         } else if upgrade {
@@ -1980,11 +1983,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.inner).poll_shutdown(cx)
     }
-}
-
-/// A method as sent, for a message: any byte outside a token's characters spelled out.
-fn printable_method(method: &str) -> String {
-    capgate_spec::text::printable(method).into_owned()
 }
 
 /// What an HTTP request is carried as: `https` inside an intercepted TLS connection (whose

@@ -620,11 +620,7 @@ pub(crate) fn init_effects(
                 push(beneath(bind(at.clone(), at)));
             }
         }
-        let bases = [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
-            .into_iter()
-            .map(PathBuf::from)
-            .chain(spec.volumes.iter().map(|v| v.target.clone()));
-        for base in bases {
+        for base in spec.writable_mounts() {
             if !places.iter().any(|p| base.starts_with(p)) {
                 push(beneath(remount_bind(
                     r(&base.to_string_lossy()),

@@ -375,16 +375,18 @@ impl SandboxSpec {
     /// The writable place (a mount the sandbox makes) that `path` lies beneath, the deepest
     /// one: a volume, the workspace, `/home/agent`, `/tmp` or `/dev/shm`.
     pub(crate) fn writable_base(&self, path: &Path) -> Option<PathBuf> {
-        self.volumes
-            .iter()
-            .map(|v| v.target.clone())
-            .chain(
-                [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
-                    .into_iter()
-                    .map(PathBuf::from),
-            )
+        self.writable_mounts()
             .filter(|base| path.starts_with(base))
             .max_by_key(|base| base.components().count())
+    }
+
+    /// The mounts the sandbox makes writable: the workspace, `/home/agent`, `/tmp`,
+    /// `/dev/shm`, then the volumes.
+    pub(crate) fn writable_mounts(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
+            .into_iter()
+            .map(PathBuf::from)
+            .chain(self.volumes.iter().map(|v| v.target.clone()))
     }
 }
 
