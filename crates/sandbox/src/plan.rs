@@ -32,7 +32,15 @@ pub(crate) enum SystemDir {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EtcItem {
     Dir,
-    File { contents: Vec<u8>, mode: u32 },
+    /// A host directory that holds only symbolic links and world-readable regular files:
+    /// bound read-only in one mount rather than copied entry by entry (Debian's
+    /// `alternatives` holds hundreds of links, and copying them was the largest single cost
+    /// of a sandbox's start).
+    BoundDir,
+    File {
+        contents: Vec<u8>,
+        mode: u32,
+    },
     Symlink(PathBuf),
 }
 
@@ -96,6 +104,10 @@ impl HostView {
                 }
             }
             let is_dir = item == EtcItem::Dir;
+            if is_dir && bindable_dir(&path) {
+                etc.push((rel, EtcItem::BoundDir));
+                continue;
+            }
             etc.push((rel.clone(), item));
             if is_dir {
                 let mut children: Vec<_> = std::fs::read_dir(&path)
@@ -126,6 +138,41 @@ impl HostView {
             proc_masked_dirs: names(PROC_MASKED_DIRS, "/proc"),
         }
     }
+}
+
+/// Whether the host directory `path` may be shown as it is: world-readable and
+/// world-searchable, at most [`MAX_ETC_DIR_ENTRIES`] entries, each a symbolic link or a
+/// world-readable regular file no larger than [`MAX_ETC_FILE`], the same test the copy
+/// applies entry by entry. Entry types come from the directory listing itself, so only the
+/// regular files cost a `stat`. Anything else (a subdirectory, a device, a private file)
+/// and the directory is copied instead, with only what the copy keeps.
+fn bindable_dir(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let world = |m: &std::fs::Metadata, bits: u32| m.permissions().mode() & bits == bits;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() && world(&m, 0o005) => {}
+        _ => return false,
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return false;
+    };
+    let mut count = 0;
+    for entry in entries {
+        count += 1;
+        let Ok(entry) = entry else { return false };
+        let Ok(ft) = entry.file_type() else {
+            return false;
+        };
+        let ok = ft.is_symlink()
+            || (ft.is_file()
+                && entry
+                    .metadata()
+                    .is_ok_and(|m| m.len() <= MAX_ETC_FILE && world(&m, 0o004)));
+        if !ok || count > MAX_ETC_DIR_ENTRIES {
+            return false;
+        }
+    }
+    true
 }
 
 fn etc_item(path: &Path) -> Option<EtcItem> {
@@ -341,6 +388,15 @@ pub(crate) fn init_effects(
             EtcItem::Dir => {
                 made.insert(rel.clone());
                 push(dir(target, 0o755));
+            }
+            EtcItem::BoundDir => {
+                made.insert(rel.clone());
+                push(dir(target.clone(), 0o755));
+                push(bind(Path::new("/etc").join(rel), target.clone()));
+                push(remount_bind(
+                    target,
+                    MsFlags::MS_RDONLY | NOSUID_NODEV | MsFlags::MS_NOEXEC,
+                ));
             }
             EtcItem::File { contents, mode } => push(Effect::WriteFile {
                 path: target,
@@ -896,13 +952,16 @@ mod tests {
                 ("/bin", SystemDir::Symlink("usr/bin".into())),
                 ("/lib32", SystemDir::Absent),
             ],
-            etc: vec![(
-                PathBuf::from("ld.so.cache"),
-                EtcItem::File {
-                    contents: b"x".to_vec(),
-                    mode: 0o644,
-                },
-            )],
+            etc: vec![
+                (
+                    PathBuf::from("ld.so.cache"),
+                    EtcItem::File {
+                        contents: b"x".to_vec(),
+                        mode: 0o644,
+                    },
+                ),
+                (PathBuf::from("alternatives"), EtcItem::BoundDir),
+            ],
             dev_nodes: vec!["null", "zero"],
             proc_read_only: vec!["sys", "sysrq-trigger"],
             proc_masked_files: vec!["kcore"],
@@ -1227,6 +1286,7 @@ mod tests {
             .iter()
             .map(|e| PathBuf::from(e.path))
             .chain(DEV_NODES.iter().map(|e| Path::new("/dev").join(e.path)))
+            .chain(HOST_ETC.iter().map(|e| Path::new("/etc").join(e.path)))
             .chain([PathBuf::from("/src/proj"), PathBuf::from("/state/cache")])
             .collect();
         for e in &fx {
@@ -1553,6 +1613,15 @@ mod tests {
             .unwrap();
         std::fs::write(etc.join("ssl/openssl.cnf"), "cnf").unwrap();
         std::os::unix::fs::symlink("/usr/bin/mawk", etc.join("alternatives/awk")).unwrap();
+        std::fs::write(etc.join("alternatives/README"), "public").unwrap();
+        std::fs::create_dir_all(etc.join("ld.so.conf.d")).unwrap();
+        std::fs::write(etc.join("ld.so.conf.d/public.conf"), "/opt/lib").unwrap();
+        std::fs::write(etc.join("ld.so.conf.d/private.conf"), "/secret").unwrap();
+        std::fs::set_permissions(
+            etc.join("ld.so.conf.d/private.conf"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
         std::os::unix::fs::symlink("usr/bin", dir.path().join("bin")).unwrap();
         std::fs::create_dir(dir.path().join("usr")).unwrap();
         let view = HostView::read_from(dir.path());
@@ -1565,12 +1634,18 @@ mod tests {
             names,
             [
                 "ld.so.cache",
+                "ld.so.conf.d",
+                "ld.so.conf.d/public.conf",
                 "alternatives",
-                "alternatives/awk",
                 "ssl",
                 "ssl/openssl.cnf"
             ]
         );
+        // A directory of links and public files is bound whole; one holding a private file
+        // is copied, without it.
+        let kind = |name: &str| view.etc.iter().find(|(p, _)| p == Path::new(name)).unwrap();
+        assert_eq!(kind("alternatives").1, EtcItem::BoundDir);
+        assert_eq!(kind("ld.so.conf.d").1, EtcItem::Dir);
         assert!(
             view.system_dirs
                 .contains(&("/bin", SystemDir::Symlink("usr/bin".into())))

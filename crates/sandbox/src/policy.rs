@@ -50,10 +50,12 @@ pub fn shown_host_dirs() -> Vec<std::path::PathBuf> {
     dirs
 }
 
-/// Host `/etc` entries copied (never bound) into the sandbox's generated `/etc`. Everything
-/// else in the host's `/etc` (shadow, ssh keys, sudoers, machine-id, ld.so.preload, network
-/// and service configuration, package manager credentials) does not exist inside.
-/// Directories are copied one level deep (regular files and symlinks only).
+/// Host `/etc` entries shown in the sandbox's generated `/etc`. Everything else in the
+/// host's `/etc` (shadow, ssh keys, sudoers, machine-id, ld.so.preload, network and service
+/// configuration, package manager credentials) does not exist inside. Files are copied.
+/// A directory that holds only symlinks and world-readable regular files is bound
+/// read-only (one mount instead of hundreds of copies); any other directory is copied one
+/// level deep (world-readable regular files and symlinks only).
 pub(crate) const HOST_ETC: &[Entry] = &[
     e(
         "ld.so.cache",

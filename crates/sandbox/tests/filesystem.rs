@@ -56,6 +56,9 @@ for p in ['/proc/self/comm', '/proc/self/oom_score_adj']:
 print('chmod-usr', err(lambda: os.chmod('/usr/bin/true', 0o777)))
 print('chmod-dev', err(lambda: os.chmod('/dev/null', 0o777)))
 print('mkdir-root', err(lambda: os.mkdir('/x')))
+# /etc/alternatives is the host's directory bound read-only, not a copy
+print('alt-new', err(lambda: os.symlink('/bin/sh', '/etc/alternatives/new')))
+print('alt-awk', err(lambda: os.readlink('/etc/alternatives/awk')), os.path.exists('/etc/alternatives/awk'))
 # the harmless twins
 for p in ['/home/agent/workspace/new.txt', '/tmp/new.txt', '/home/agent/.profile', '/dev/shm/x', '/dev/null']:
     print(p, err(w(p)))
@@ -63,6 +66,12 @@ open('/tmp/own', 'w').close()
 print('chmod-tmp', err(lambda: os.chmod('/tmp/own', 0o700)))
 "#,
     );
+    // As the host has it (Debian's awk alternative, on every host CI runs on).
+    let (alt_new, alt_awk) = if std::path::Path::new("/etc/alternatives/awk").exists() {
+        ("alt-new EROFS", "alt-awk OK True")
+    } else {
+        ("alt-new ENOENT", "alt-awk ENOENT False")
+    };
     let expect = [
         "/etc/passwd EROFS",
         "/etc/new EROFS",
@@ -75,6 +84,8 @@ print('chmod-tmp', err(lambda: os.chmod('/tmp/own', 0o700)))
         "chmod-usr EROFS",
         "chmod-dev EROFS",
         "mkdir-root EROFS",
+        alt_new,
+        alt_awk,
         "/home/agent/workspace/new.txt OK",
         "/tmp/new.txt OK",
         "/home/agent/.profile OK",
