@@ -367,16 +367,6 @@ impl Environments {
     }
 }
 
-/// System roots plus the capgate CA, for `/etc/ssl/certs/ca-certificates.crt` inside.
-fn ca_bundle(ca_pem: &str) -> Vec<u8> {
-    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-        bundle.push(b'\n');
-    }
-    bundle.extend_from_slice(ca_pem.as_bytes());
-    bundle
-}
-
 /// Maps a failure to start the sandbox or the command onto the container-runtime codes.
 fn start_failure(e: &SandboxError) -> u8 {
     match e {
@@ -557,7 +547,7 @@ fn run_provisioned(
         }),
         hosts: None,
         resolv_conf: None,
-        ca_bundle: ca_bundle(&ca_pem),
+        trusted_ca: ca_pem,
     };
     let envs = Environments::new(name, plan)?;
     spec.env = envs.baseline.clone();

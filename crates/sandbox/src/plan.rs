@@ -54,7 +54,14 @@ pub(crate) struct HostView {
     pub proc_read_only: Vec<&'static str>,
     pub proc_masked_files: Vec<&'static str>,
     pub proc_masked_dirs: Vec<&'static str>,
+    /// The host's CA bundle ([`SYSTEM_ROOTS`]), empty when it has none.
+    pub system_roots: Vec<u8>,
 }
+
+/// The host's bundle of trusted roots (Debian's path, which other distributions also link).
+const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Largest CA bundle read from the host.
+const MAX_SYSTEM_ROOTS: u64 = 16 << 20;
 
 /// Largest `/etc` file copied from the host.
 const MAX_ETC_FILE: u64 = 4 << 20;
@@ -136,6 +143,7 @@ impl HostView {
             proc_read_only: names(PROC_READ_ONLY, "/proc"),
             proc_masked_files: names(PROC_MASKED_FILES, "/proc"),
             proc_masked_dirs: names(PROC_MASKED_DIRS, "/proc"),
+            system_roots: read_bounded(&at(SYSTEM_ROOTS), MAX_SYSTEM_ROOTS),
         }
     }
 }
@@ -173,6 +181,22 @@ fn bindable_dir(path: &Path) -> bool {
         }
     }
     true
+}
+
+/// The file at `path` (symlinks followed), or nothing when it is missing, unreadable or
+/// larger than `max` bytes.
+fn read_bounded(path: &Path, max: u64) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    match std::fs::File::open(path) {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+            match f.take(max + 1).read_to_end(&mut out) {
+                Ok(n) if n as u64 <= max => out,
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    }
 }
 
 fn etc_item(path: &Path) -> Option<EtcItem> {
@@ -239,7 +263,7 @@ fn inside(root: &Path, path: &str) -> PathBuf {
 }
 
 /// The generated `/etc` files: `(relative path, contents, mode)`.
-pub(crate) fn generated_etc(spec: &SandboxSpec) -> Vec<(PathBuf, Vec<u8>, u32)> {
+pub(crate) fn generated_etc(spec: &SandboxSpec, host: &HostView) -> Vec<(PathBuf, Vec<u8>, u32)> {
     let shell = spec.etc.shell.display();
     let name = &spec.name;
     let mut files = vec![
@@ -278,10 +302,15 @@ pub(crate) fn generated_etc(spec: &SandboxSpec) -> Vec<(PathBuf, Vec<u8>, u32)> 
     .into_iter()
     .map(|(p, c)| (PathBuf::from(p), c.into_bytes(), 0o644))
     .collect::<Vec<_>>();
-    if !spec.etc.ca_bundle.is_empty() {
+    if !(host.system_roots.is_empty() && spec.etc.trusted_ca.is_empty()) {
+        let mut bundle = host.system_roots.clone();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(spec.etc.trusted_ca.as_bytes());
         files.push((
             PathBuf::from("ssl/certs/ca-certificates.crt"),
-            spec.etc.ca_bundle.clone(),
+            bundle,
             0o644,
         ));
     }
@@ -409,7 +438,7 @@ pub(crate) fn init_effects(
             }),
         }
     }
-    for (rel, contents, mode) in generated_etc(spec) {
+    for (rel, contents, mode) in generated_etc(spec, host) {
         let mut parents: Vec<PathBuf> = rel
             .ancestors()
             .skip(1)
@@ -966,6 +995,7 @@ mod tests {
             proc_read_only: vec!["sys", "sysrq-trigger"],
             proc_masked_files: vec!["kcore"],
             proc_masked_dirs: vec!["acpi"],
+            system_roots: Vec::new(),
         }
     }
 
@@ -1583,9 +1613,11 @@ mod tests {
     #[test]
     fn generated_etc_has_the_agent_and_the_gateway_resolver() {
         let mut s = spec(WorkspaceMode::Copy);
-        s.etc.ca_bundle = b"PEM".to_vec();
+        s.etc.trusted_ca = "CAPGATE PEM\n".into();
         s.etc.shell = PathBuf::from("/bin/bash");
-        let files = generated_etc(&s);
+        let mut h = host();
+        h.system_roots = b"SYSTEM PEM".to_vec();
+        let files = generated_etc(&s, &h);
         let get = |name: &str| {
             files
                 .iter()
@@ -1595,7 +1627,17 @@ mod tests {
         };
         assert!(get("passwd").contains("agent:x:1000:1000:agent:/home/agent:/bin/bash"));
         assert_eq!(get("resolv.conf"), "nameserver 127.0.0.1\n");
-        assert_eq!(get("ssl/certs/ca-certificates.crt"), "PEM");
+        assert_eq!(
+            get("ssl/certs/ca-certificates.crt"),
+            "SYSTEM PEM\nCAPGATE PEM\n"
+        );
+        // Neither roots nor a CA of capgate's: no bundle at all.
+        s.etc.trusted_ca.clear();
+        assert!(
+            !generated_etc(&s, &host())
+                .iter()
+                .any(|(p, _, _)| p.starts_with("ssl"))
+        );
         assert!(get("hosts").contains("127.0.1.1\tbox"));
     }
 

@@ -113,27 +113,11 @@ pub struct EtcFiles {
     pub hosts: Option<String>,
     /// `/etc/resolv.conf` (default: `nameserver 127.0.0.1`, the gateway's DNS listener).
     pub resolv_conf: Option<String>,
-    /// `/etc/ssl/certs/ca-certificates.crt`: system roots plus the capgate CA (PEM).
-    /// Empty: the file is not created.
-    #[serde(with = "pem_text")]
-    pub ca_bundle: Vec<u8>,
-}
-
-/// PEM is ASCII: it crosses to the helper as a JSON string, not as a JSON array of numbers
-/// (a 220 KB bundle as numbers cost milliseconds to write and read at every start).
-mod pem_text {
-    use serde::{Deserialize as _, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => s.serialize_str(text),
-            Err(_) => Err(serde::ser::Error::custom("the CA bundle is not PEM text")),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        Ok(String::deserialize(d)?.into_bytes())
-    }
+    /// PEM certificates the sandbox trusts beside the host's system roots (the capgate CA).
+    /// `/etc/ssl/certs/ca-certificates.crt` inside is the host's bundle, which the helper
+    /// reads while the caller configures the gateway, followed by these; with neither, the
+    /// file is not created.
+    pub trusted_ca: String,
 }
 
 impl std::fmt::Debug for EtcFiles {
@@ -142,7 +126,7 @@ impl std::fmt::Debug for EtcFiles {
             .field("shell", &self.shell)
             .field("hosts", &self.hosts)
             .field("resolv_conf", &self.resolv_conf)
-            .field("ca_bundle_bytes", &self.ca_bundle.len())
+            .field("trusted_ca_bytes", &self.trusted_ca.len())
             .finish()
     }
 }
@@ -153,7 +137,7 @@ impl Default for EtcFiles {
             shell: PathBuf::from("/bin/sh"),
             hosts: None,
             resolv_conf: None,
-            ca_bundle: Vec::new(),
+            trusted_ca: String::new(),
         }
     }
 }

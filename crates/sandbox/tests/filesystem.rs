@@ -225,15 +225,14 @@ fn volumes_are_writable_persistent_dirs_or_tmpfs_and_executable() {
 #[test]
 fn generated_etc_and_minimal_dev() {
     let mut s = setup("fs-etc", WorkspaceMode::Copy);
-    s.spec.etc.ca_bundle =
-        b"-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n".to_vec();
+    s.spec.etc.trusted_ca = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n".into();
     let mut b = start(&s.spec);
     let out = sh(
         &mut b.sandbox,
-        "id -un; getent passwd agent; cat /etc/resolv.conf; hostname; head -1 /etc/ssl/certs/ca-certificates.crt; ls /dev | tr '\\n' ' '; ls /sys 2>&1 | head -1",
+        "id -un; getent passwd agent; cat /etc/resolv.conf; hostname; tail -3 /etc/ssl/certs/ca-certificates.crt | head -2; ls /dev | tr '\\n' ' '; ls /sys 2>&1 | head -1",
     );
     let expected = format!(
-        "agent\nagent:x:1000:1000:agent:/home/agent:/bin/sh\nnameserver 127.0.0.1\n{}\n-----BEGIN CERTIFICATE-----\n\
+        "agent\nagent:x:1000:1000:agent:/home/agent:/bin/sh\nnameserver 127.0.0.1\n{}\n-----BEGIN CERTIFICATE-----\ntest\n\
          fd full null ptmx pts random shm stderr stdin stdout tty urandom zero ls: cannot access '/sys': No such file or directory\n",
         s.spec.name
     );
