@@ -887,3 +887,48 @@ impl Kernel for Linux {
         Ok(Applied::Nothing)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    fn write_in(dir: &Path) -> io::Result<()> {
+        std::fs::write(dir.join("probe.txt"), "x")
+    }
+
+    /// The probe learns what the kernel enforces without confining its caller (the init):
+    /// only the probe's child is confined (its twin, a thread that enters the same ruleset,
+    /// cannot write outside the granted root).
+    #[test]
+    fn the_landlock_probe_leaves_its_caller_unconfined() {
+        if sys::landlock_abi() < 1 {
+            return; // nothing to probe on a kernel without Landlock
+        }
+        let (granted, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let ruleset = build_landlock(&LandlockRules {
+            write_roots: vec![granted.path().to_path_buf()],
+            ..LandlockRules::default()
+        })
+        .unwrap();
+        let report = probe_landlock(&ruleset).unwrap();
+        assert_ne!(report.enforcement, LandlockEnforcement::NotEnforced);
+        write_in(other_dir.path()).unwrap();
+
+        let confined = std::thread::scope(|s| {
+            s.spawn(|| {
+                enter_landlock(&ruleset).unwrap();
+                (write_in(granted.path()), write_in(other_dir.path()))
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(confined.0.is_ok(), "{confined:?}");
+        assert_eq!(
+            confined.1.unwrap_err().kind(),
+            io::ErrorKind::PermissionDenied
+        );
+        // And still not this thread.
+        write_in(other_dir.path()).unwrap();
+    }
+}
