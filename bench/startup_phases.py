@@ -54,7 +54,7 @@ def marks(events):
     first("start", main, "execve")
     first("spawn", main, "clone", lambda s: "CLONE_THREAD" not in s)
     first("kits", main, "openat", lambda s: "kit.yaml" in s)
-    first("provision", main, "openat", lambda s: "composition.tmp" in s)
+    first("provision", main, "openat", lambda s: ".composition.json.tmp" in s)
     first("config", main, "openat", lambda s: "composition.json" in s and "O_RDONLY" in s)
     first("ca", main, "openat", lambda s: "ca-key.pem" in s)
     first("spec_sent", main, "sendmsg", lambda s: '{\\"Start\\"' in s)
@@ -76,14 +76,10 @@ def marks(events):
     first("cmd_exec", cmd, "execve")
     first("cmd_exit", cmd, "exit_group")
     first("helper_exit", helper, "exit_group")
-    h = m.get("helper_exit")
-    # Each Store::open starts with an O_CREAT|O_EXCL attempt on policy.db.
-    opens = [t for p, t, n, s in events if p == main and n == "openat" and 'policy.db"' in s
-             and "O_EXCL" in s and h is not None and t >= h]
-    if len(opens) >= 2:
-        m["store_summary"], m["store_remove"] = opens[0], opens[1]
-    first("dir_remove", main, "openat", lambda s: "sandboxes/run-" in s and "O_DIRECTORY" in s,
-          after=h)
+    # After the helper: the refusal summary and the removal from SQLite on the run's one
+    # connection, then the state directory, removed beneath its opened parent.
+    first("dir_remove", main, "openat", lambda s: "/sandboxes\"" in s and "O_DIRECTORY" in s,
+          after=m.get("helper_exit"))
     first("end", main, "exit_group")
     first("gone", main, "+++")
     return m
@@ -92,20 +88,19 @@ def marks(events):
 PHASES = [
     ("start", "spawn", "process start: exec, dynamic loader, clap; the helper spawned"),
     ("spawn", "provision", "read/validate/resolve kits + lock gate"),
-    ("provision", "config", "provision: composition.json + SQLite open + rules (fsyncs)"),
-    ("config", "ca", "gateway config: composition re-read, secrets, 2x SQLite open, rules, audit thread"),
-    ("ca", "spec_sent", "CA load (x2), CA bundle, workload env (composition re-read), spec sent"),
+    ("provision", "config", "provision: composition.json (fsync) + rules"),
+    ("config", "ca", "gateway config: composition re-read, secrets, SQLite opens, rules, audit thread"),
+    ("ca", "spec_sent", "CA load (x2), workload env (composition re-read), spec sent"),
     ("spec_sent", "clone_ns", "helper: decode the spec, state dirs, cgroup create + limits"),
     ("clone_ns", "attach", "clone(NEWUSER|NS|PID|NET|IPC|UTS) + setgroups, uid/gid maps, release"),
     ("attach", "init_start", "cgroup join (v1: the init, 0 to tasks; v2: cgroup.procs) + root tmpfs, binds"),
-    ("init_start", "pivot", "init: /etc copy (files, ~400 symlinks), /dev, /proc, pivot_root"),
+    ("init_start", "pivot", "init: /etc (files; alternatives bound), /dev, /proc, pivot_root"),
     ("pivot", "ready", "init: loopback, listeners, caps, Landlock (+probe fork), seccomp"),
     ("ready", "run_sent", "caller: tokio runtime + listeners, Run request"),
     ("run_sent", "cmd_exec", "command: fork, ids, caps, seccomp, execve"),
     ("cmd_exec", "cmd_exit", "the command (/bin/true)"),
     ("cmd_exit", "helper_exit", "teardown: Stop, pid/mount/net ns exit, cgroup removal"),
-    ("helper_exit", "store_remove", "audit flush + summary (SQLite open, events query)"),
-    ("store_remove", "dir_remove", "remove the ephemeral sandbox from SQLite (delete, fsyncs)"),
+    ("helper_exit", "dir_remove", "audit flush, refusal summary, removal from SQLite"),
     ("dir_remove", "end", "remove its state directory (rm -r)"),
     ("end", "gone", "process exit (threads, mappings)"),
 ]
