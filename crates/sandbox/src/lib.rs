@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod cgroup;
+pub mod copyback;
 mod elf;
 mod error;
 mod helper;

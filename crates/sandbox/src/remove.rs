@@ -33,10 +33,11 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    remove_at(&dir, name)
+    remove_beneath(&dir, name)
 }
 
-fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+/// `rm -r name` in the open directory `dir`, following no symbolic link.
+pub(crate) fn remove_beneath(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let stat = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
         return Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?);
@@ -48,16 +49,8 @@ fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
         Mode::empty(),
     ) {
         Ok(child) => {
-            let mut names = Vec::new();
-            for entry in Dir::read_from(child.as_fd())? {
-                let entry = entry?;
-                let bytes = entry.file_name().to_bytes();
-                if bytes != b"." && bytes != b".." {
-                    names.push(OsStr::from_bytes(bytes).to_owned());
-                }
-            }
-            for child_name in &names {
-                remove_at(&child, child_name)?;
+            for child_name in &names_in(&child)? {
+                remove_beneath(&child, child_name)?;
             }
         }
         // Removable only if empty; otherwise the unlinkat below says why.
@@ -65,6 +58,19 @@ fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
         Err(e) => return Err(e.into()),
     }
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
+}
+
+/// The names in the open directory `dir`, without `.` and `..`.
+pub(crate) fn names_in(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
+    let mut names = Vec::new();
+    for entry in Dir::read_from(dir.as_fd())? {
+        let entry = entry?;
+        let bytes = entry.file_name().to_bytes();
+        if bytes != b"." && bytes != b".." {
+            names.push(OsStr::from_bytes(bytes).to_owned());
+        }
+    }
+    Ok(names)
 }
 
 #[cfg(test)]
