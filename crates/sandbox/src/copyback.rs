@@ -100,23 +100,20 @@ pub struct Changes {
     pub skipped: Vec<Refusal>,
 }
 
-/// A path, or a path's prefix, whose changes are diverted, with why.
+/// A pattern of paths whose changes are diverted, with why. A pattern is a path of one
+/// or more names (`.git`, `.github/workflows`) matched at any depth, the entry itself or
+/// anything beneath it, or `*.ext`, a file name ending. Names compare without regard to
+/// ASCII case (on a case-insensitive host file system `.Git` is `.git`).
 #[derive(Debug, Clone, Copy)]
 pub struct Runner {
-    /// A path relative to the workspace.
-    pub path: &'static str,
-    /// Also matches the same name in any subdirectory (`a/b/.git`).
-    pub anywhere: bool,
+    /// The pattern.
+    pub pattern: &'static str,
     /// What on the host runs or obeys it.
     pub reason: &'static str,
 }
 
-const fn runner(path: &'static str, anywhere: bool, reason: &'static str) -> Runner {
-    Runner {
-        path,
-        anywhere,
-        reason,
-    }
+const fn runner(pattern: &'static str, reason: &'static str) -> Runner {
+    Runner { pattern, reason }
 }
 
 /// Files that programs on the host run or obey without the user running them: a change to
@@ -124,83 +121,164 @@ const fn runner(path: &'static str, anywhere: bool, reason: &'static str) -> Run
 pub const RUNNERS: &[Runner] = &[
     runner(
         ".git",
-        true,
         "the repository's metadata: hooks, config (core.hooksPath, core.fsmonitor, aliases) and refs run or steer git on the host",
     ),
+    runner(".githooks", "a usual core.hooksPath: git runs these hooks"),
+    runner(".husky", "husky's git hooks, run by git on the host"),
     runner(
-        ".githooks",
-        true,
-        "a usual core.hooksPath: git runs these hooks on the host",
+        "lefthook.yml",
+        "lefthook's configuration names the programs git hooks run",
     ),
-    runner(".husky", true, "husky's git hooks, run by git on the host"),
+    runner(
+        ".lefthook.yml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
     runner(
         ".pre-commit-config.yaml",
-        false,
         "pre-commit's configuration names the programs run at every commit",
     ),
     runner(
         ".gitattributes",
-        true,
         "filter, diff and merge drivers in it make git run programs",
     ),
     runner(
         ".gitmodules",
-        false,
-        "submodule URLs and update commands that git follows",
+        "submodule URLs and update commands git follows",
+    ),
+    runner(
+        ".lfsconfig",
+        "git-lfs endpoints git on the host sends credentials to",
     ),
     runner(
         ".envrc",
-        true,
         "direnv runs it in the user's shell on entering the directory",
     ),
     runner(
+        ".mise.toml",
+        "mise runs its hooks and tasks on entering the directory",
+    ),
+    runner(
+        "mise.toml",
+        "mise runs its hooks and tasks on entering the directory",
+    ),
+    runner(
         ".vscode",
-        true,
         "VS Code tasks, launch configurations and settings can run programs when the folder opens",
     ),
     runner(
-        ".idea",
-        true,
-        "JetBrains run configurations and start-up tasks",
+        "*.code-workspace",
+        "a VS Code workspace file holds tasks and settings that run programs",
     ),
+    runner(".idea", "JetBrains run configurations and start-up tasks"),
+    runner(".zed", "Zed tasks and settings can run programs"),
     runner(
         ".devcontainer",
-        true,
         "dev container definitions build and run containers with host mounts",
     ),
     runner(
-        ".github/workflows",
-        false,
-        "CI workflows run with the repository's secrets",
+        ".claude",
+        "agent settings: hooks run programs on the host, permissions widen what an agent may do",
     ),
     runner(
+        ".mcp.json",
+        "MCP server definitions are programs an agent starts",
+    ),
+    runner(
+        ".cargo",
+        "cargo configuration (rustc-wrapper, runners, aliases) runs programs on any cargo call, an editor's included",
+    ),
+    runner(
+        "rust-toolchain.toml",
+        "a toolchain path rustup runs on any cargo call",
+    ),
+    runner(
+        "rust-toolchain",
+        "a toolchain rustup runs on any cargo call",
+    ),
+    runner(
+        ".npmrc",
+        "npm settings such as script-shell and registries with credentials",
+    ),
+    runner(
+        ".yarnrc.yml",
+        "yarnPath names the program every yarn call runs",
+    ),
+    runner(".yarnrc", "yarn settings such as yarn-path"),
+    runner(
+        "*.pth",
+        "Python runs `import` lines of .pth files at every start",
+    ),
+    runner(
+        "sitecustomize.py",
+        "Python imports it at every start of an interpreter that finds it",
+    ),
+    runner(
+        "usercustomize.py",
+        "Python imports it at every start of an interpreter that finds it",
+    ),
+    runner(
+        ".github",
+        "CI workflows and actions run with the repository's secrets",
+    ),
+    runner(".gitlab", "CI templates run with the repository's secrets"),
+    runner(
         ".gitlab-ci.yml",
-        false,
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".circleci",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        "Jenkinsfile",
         "CI pipelines run with the repository's secrets",
     ),
 ];
 
-/// Why a change must be diverted rather than applied, or `None` when it may be applied.
-pub fn divert_reason(change: &Change) -> Option<&'static str> {
+/// Why a change must be diverted rather than applied (it is a symbolic link, or matches
+/// [`RUNNERS`], or lies beneath one of `also`: host paths found to be runners too), or
+/// `None` when it may be applied.
+pub fn divert_reason<'a>(change: &Change, also: &'a [(PathBuf, &'a str)]) -> Option<&'a str> {
     if let ChangeKind::Symlink(_) = change.kind {
         return Some("a symbolic link could point tools on the host outside the workspace");
     }
+    if let Some((_, reason)) = also.iter().find(|(p, _)| change.path.starts_with(p)) {
+        return Some(reason);
+    }
+    if change.path.file_name() == Some(OsStr::new("HEAD")) {
+        return Some(GIT_DIR_REASON);
+    }
+    runner_reason(&change.path)
+}
+
+/// Git takes a directory holding a `HEAD` file (with `objects` and `refs`) for a
+/// repository, and obeys its `config` when run there.
+const GIT_DIR_REASON: &str =
+    "a HEAD file makes its directory a git repository, whose config git on the host obeys";
+
+/// The reason of the first [`RUNNERS`] pattern `path` matches.
+pub fn runner_reason(path: &Path) -> Option<&'static str> {
     RUNNERS
         .iter()
-        .find(|r| runner_matches(r, &change.path))
+        .find(|r| runner_matches(r.pattern, path))
         .map(|r| r.reason)
 }
 
-fn runner_matches(r: &Runner, path: &Path) -> bool {
-    let pattern = Path::new(r.path);
-    if path.starts_with(pattern) {
-        return true;
+fn runner_matches(pattern: &str, path: &Path) -> bool {
+    let names: Vec<&[u8]> = path
+        .components()
+        .map(|c| c.as_os_str().as_bytes())
+        .collect();
+    if let Some(ext) = pattern.strip_prefix('*') {
+        let ext = ext.as_bytes();
+        return names.last().is_some_and(|n| {
+            n.len() >= ext.len() && n[n.len() - ext.len()..].eq_ignore_ascii_case(ext)
+        });
     }
-    // `anywhere` patterns are one name: match it as any component of the path.
-    r.anywhere
-        && path
-            .components()
-            .any(|c| c.as_os_str() == pattern.as_os_str())
+    let want: Vec<&[u8]> = pattern.split('/').map(str::as_bytes).collect();
+    names
+        .windows(want.len())
+        .any(|w| w.iter().zip(&want).all(|(a, b)| a.eq_ignore_ascii_case(b)))
 }
 
 fn invalid(message: String) -> io::Error {
@@ -253,7 +331,7 @@ fn scan_dir(
     out: &mut Changes,
     total: &mut u64,
 ) -> io::Result<()> {
-    let mut names = crate::remove::names_in(dir)?;
+    let mut names = crate::remove::names_in(dir, limits.max_entries.saturating_add(1))?;
     names.sort();
     for name in names {
         let path = rel.join(&name);
@@ -347,13 +425,18 @@ fn scan_dir(
     Ok(())
 }
 
-/// Beneath `root`, never through a symbolic link or out of it.
+/// Beneath `root`, never through a symbolic link, out of it, or into another mount (a
+/// file system mounted inside the host directory during the run).
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS);
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
 
-/// Opens `rel` (a file of [`Changes`]) in the upper directory for reading.
-pub fn open_changed_file(upper: &Path, rel: &Path) -> io::Result<File> {
+/// Opens `rel`, a file of [`Changes`] scanned at `size` bytes, in the upper directory for
+/// reading: at most `size` bytes are read from it, and a file whose size changed since the
+/// scan is refused (nothing may write the upper directory once the sandbox stopped; this
+/// holds the bounds even if something did).
+pub fn open_changed_file(upper: &Path, rel: &Path, size: u64) -> io::Result<io::Take<File>> {
     let root = rustix::fs::open(
         upper,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -366,13 +449,20 @@ pub fn open_changed_file(upper: &Path, rel: &Path) -> io::Result<File> {
         Mode::empty(),
         BENEATH,
     )?;
-    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(invalid(format!(
             "`{}` is not a regular file",
             rel.display()
         )));
     }
-    Ok(File::from(fd))
+    if u64::try_from(st.st_size).ok() != Some(size) {
+        return Err(invalid(format!(
+            "`{}` changed after it was read",
+            rel.display()
+        )));
+    }
+    Ok(io::Read::take(File::from(fd), size))
 }
 
 /// What [`apply`] did.
@@ -390,7 +480,9 @@ pub struct Applied {
 
 /// Applies `changes` (read from `upper`) beneath the host directory `host`. Symbolic links
 /// are never written (divert them). Each change either applies whole or is refused with its
-/// reason; a refused directory refuses what lies beneath it.
+/// reason; a refused directory refuses what lies beneath it. Also refused: changes inside a
+/// host directory that holds a `HEAD` file (a git directory: its config runs programs), and
+/// removals of host trees that hold a git repository or a runner file.
 pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applied> {
     let root = rustix::fs::open(
         host,
@@ -399,6 +491,7 @@ pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applie
     )?;
     let mut applied = Applied::default();
     let mut refused_dirs: Vec<PathBuf> = Vec::new();
+    let mut git_dirs = GitDirs::default();
     for change in changes {
         if let Some(dir) = refused_dirs.iter().find(|d| change.path.starts_with(d)) {
             applied.refused.push(Refusal {
@@ -407,7 +500,14 @@ pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applie
             });
             continue;
         }
-        if let Err(reason) = apply_one(upper, &root, change, &mut applied) {
+        let outcome = match git_dirs.around(&root, &change.path) {
+            Some(dir) => Err(format!(
+                "the host's `{}` holds a HEAD file: {GIT_DIR_REASON}",
+                dir.display()
+            )),
+            None => apply_one(upper, &root, change, &mut applied),
+        };
+        if let Err(reason) = outcome {
             if let ChangeKind::Dir { .. } = change.kind {
                 refused_dirs.push(change.path.clone());
             }
@@ -420,12 +520,46 @@ pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applie
     Ok(applied)
 }
 
+/// Which host directories hold a `HEAD` file, asked once each.
+#[derive(Debug, Default)]
+struct GitDirs(std::collections::HashMap<PathBuf, bool>);
+
+impl GitDirs {
+    /// The nearest directory at or above the parent of `rel` (the host directory itself
+    /// included) that holds a `HEAD` file.
+    fn around(&mut self, root: &OwnedFd, rel: &Path) -> Option<PathBuf> {
+        let mut dirs: Vec<&Path> = rel.ancestors().skip(1).collect();
+        dirs.reverse();
+        dirs.into_iter()
+            .find(|dir| {
+                *self.0.entry(dir.to_path_buf()).or_insert_with(|| {
+                    let dir = if dir.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        dir
+                    };
+                    rustix::fs::openat2(
+                        root,
+                        dir.join("HEAD"),
+                        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                        BENEATH,
+                    )
+                    .is_ok()
+                })
+            })
+            .map(Path::to_path_buf)
+    }
+}
+
 fn explain(e: io::Error) -> String {
     match rustix::io::Errno::from_io_error(&e) {
         Some(rustix::io::Errno::LOOP) => {
             "a directory on its path is a symbolic link on the host".into()
         }
-        Some(rustix::io::Errno::XDEV) => "its path leaves the workspace on the host".into(),
+        Some(rustix::io::Errno::XDEV) => {
+            "its path leaves the workspace, or crosses a mount, on the host".into()
+        }
         _ => e.to_string(),
     }
 }
@@ -449,22 +583,62 @@ fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> Result<(OwnedFd, &'a OsStr), 
     Ok((fd, name))
 }
 
-/// What the host has at `name` in `dir`, without following a link.
-fn existing(dir: &OwnedFd, name: &OsStr) -> Result<Option<FileType>, String> {
+/// What the host has at `name` in `dir`, without following a link: its type and mode.
+fn existing(dir: &OwnedFd, name: &OsStr) -> Result<Option<(FileType, u32)>, String> {
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(FileType::from_raw_mode(st.st_mode))),
+        Ok(st) => Ok(Some((
+            FileType::from_raw_mode(st.st_mode),
+            st.st_mode & 0o777,
+        ))),
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(e) => Err(explain(e.into())),
     }
 }
 
-fn remove(dir: &OwnedFd, name: &OsStr, kind: FileType) -> Result<(), String> {
-    if kind == FileType::Directory {
-        crate::remove::remove_beneath(dir, name).map_err(explain)
-    } else {
-        rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|e| explain(e.into()))
+/// Removes the host's `name` in `dir`. A directory holding a git repository or a runner
+/// file anywhere beneath it is kept: its removal is refused (`rm -r vendor` must not take
+/// an unpushed `vendor/lib/.git` or a CI workflow with it).
+fn remove(dir: &OwnedFd, rel: &Path, name: &OsStr, kind: FileType) -> Result<(), String> {
+    if kind != FileType::Directory {
+        return rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|e| explain(e.into()));
     }
+    if let Some(found) = guarded_beneath(dir, name, rel).map_err(explain)? {
+        return Err(format!(
+            "the host's `{}` beneath it is kept: {}",
+            found.display(),
+            runner_reason(&found).unwrap_or(GIT_DIR_REASON)
+        ));
+    }
+    crate::remove::remove_beneath(dir, name).map_err(explain)
 }
+
+/// The first path beneath the host's directory `name` (at `rel`) that is a runner or a
+/// `HEAD` file, looking at most [`GUARD_LIMIT`] entries deep into it (past that, the
+/// directory counts as guarded).
+fn guarded_beneath(dir: &OwnedFd, name: &OsStr, rel: &Path) -> io::Result<Option<PathBuf>> {
+    let mut budget = GUARD_LIMIT;
+    let mut stack = vec![(open_dir_at(dir, name)?, rel.to_path_buf())];
+    while let Some((fd, at)) = stack.pop() {
+        for child in crate::remove::names_in(&fd, budget)? {
+            budget = budget.saturating_sub(1);
+            if budget == 0 {
+                return Ok(Some(at));
+            }
+            let path = at.join(&child);
+            if runner_reason(&path).is_some() || child == "HEAD" {
+                return Ok(Some(path));
+            }
+            let st = rustix::fs::statat(&fd, &child, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                stack.push((open_dir_at(&fd, &child)?, path));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Most entries [`guarded_beneath`] looks at.
+const GUARD_LIMIT: usize = 200_000;
 
 fn apply_one(
     upper: &Path,
@@ -474,18 +648,19 @@ fn apply_one(
 ) -> Result<(), String> {
     let (dir, name) = parent_of(root, &change.path)?;
     let have = existing(&dir, name)?;
+    let rel = change.path.as_path();
     match &change.kind {
         ChangeKind::Delete => {
-            if let Some(kind) = have {
-                remove(&dir, name, kind)?;
+            if let Some((kind, _)) = have {
+                remove(&dir, rel, name, kind)?;
                 applied.removed.push(change.path.clone());
             }
         }
         ChangeKind::Dir { opaque } => {
             match have {
-                Some(FileType::Directory) if !opaque => return Ok(()),
-                Some(kind) => {
-                    remove(&dir, name, kind)?;
+                Some((FileType::Directory, _)) if !opaque => return Ok(()),
+                Some((kind, _)) => {
+                    remove(&dir, rel, name, kind)?;
                     applied.removed.push(change.path.clone());
                 }
                 None => {}
@@ -494,10 +669,16 @@ fn apply_one(
                 .map_err(|e| explain(e.into()))?;
             applied.made.push(change.path.clone());
         }
-        ChangeKind::File { executable, .. } => {
-            let mut from = open_changed_file(upper, &change.path).map_err(explain)?;
-            let mode = if *executable { 0o755 } else { 0o644 };
-            let tmp = temporary_name(name);
+        ChangeKind::File { executable, size } => {
+            let mut from = open_changed_file(upper, rel, *size).map_err(explain)?;
+            // A file the host has keeps its permissions (a 0600 file stays private); a new
+            // one is 0644, or 0755 when the workload made it executable. No set-id bits.
+            let mode = match have {
+                Some((FileType::RegularFile, mode)) => mode,
+                _ if *executable => 0o755,
+                _ => 0o644,
+            };
+            let tmp = temporary_name();
             let fd = rustix::fs::openat(
                 &dir,
                 &tmp,
@@ -506,13 +687,20 @@ fn apply_one(
             )
             .map_err(|e| explain(e.into()))?;
             let mut to = File::from(fd);
-            let copied = io::copy(&mut from, &mut to);
-            let placed = copied.map_err(explain).and_then(|_| {
-                if let Some(FileType::Directory) = have {
-                    remove(&dir, name, FileType::Directory)?;
-                }
-                rustix::fs::renameat(&dir, &tmp, &dir, name).map_err(|e| explain(e.into()))
-            });
+            let placed = io::copy(&mut from, &mut to)
+                .map_err(explain)
+                .and_then(|_| {
+                    // The umask narrowed the mode at creation; set it as chosen.
+                    rustix::fs::fchmod(&to, Mode::from_raw_mode(mode))
+                        .map_err(|e| explain(e.into()))
+                })
+                .and_then(|()| match have {
+                    Some((FileType::Directory, _)) => remove(&dir, rel, name, FileType::Directory),
+                    _ => Ok(()),
+                })
+                .and_then(|()| {
+                    rustix::fs::renameat(&dir, &tmp, &dir, name).map_err(|e| explain(e.into()))
+                });
             if placed.is_err() {
                 let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
             }
@@ -526,15 +714,12 @@ fn apply_one(
     Ok(())
 }
 
-/// A name beside `name` for the file being written (created with `O_EXCL`, so an existing
-/// entry of that name is never reused).
-fn temporary_name(name: &OsStr) -> std::ffi::OsString {
+/// A short name for the file being written beside its place (created with `O_EXCL`, so an
+/// existing entry is never reused; short, so any name that fits can be written).
+fn temporary_name() -> String {
     static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".capgate-{}-{n}", std::process::id()));
-    tmp
+    format!(".capgate-{}-{n}.tmp", std::process::id())
 }
 
 #[cfg(test)]
@@ -650,22 +835,54 @@ mod tests {
             ".github/workflows/ci.yml",
             ".gitlab-ci.yml",
             ".devcontainer/devcontainer.json",
+            // at any depth (nested repositories), in any ASCII case
+            "vendor/lib/.pre-commit-config.yaml",
+            "sub/.github/workflows/ci.yml",
+            ".github/actions/setup/action.yml",
+            ".Git/config",
+            ".VSCode/tasks.json",
+            ".ENVRC",
+            // a planted git directory, tool configurations that run programs
+            "docs/HEAD",
+            ".cargo/config.toml",
+            "rust-toolchain.toml",
+            ".venv/lib/python3.11/site-packages/zz.pth",
+            "sitecustomize.py",
+            "proj.code-workspace",
+            ".claude/settings.json",
+            ".mcp.json",
+            ".npmrc",
+            "lefthook.yml",
         ] {
-            assert!(divert_reason(&file(path)).is_some(), "{path}");
+            assert!(divert_reason(&file(path), &[]).is_some(), "{path}");
         }
         for path in [
             "src/git.rs",
             ".gitignore",
-            ".github/CODEOWNERS",
-            "docs/.github/workflows/ci.yml",
+            "docs/github.md",
             "my.envrc",
             "husky/notes.md",
             "README.md",
+            "src/head.rs",
+            "head/notes.md",
+            "config/app.toml",
+            "pth.txt",
+            "cargo/notes.md",
         ] {
-            assert_eq!(divert_reason(&file(path)), None, "{path}");
+            assert_eq!(divert_reason(&file(path), &[]), None, "{path}");
         }
         let link = change("docs/latest", ChangeKind::Symlink("v2".into()));
-        assert!(divert_reason(&link).is_some());
+        assert!(divert_reason(&link, &[]).is_some());
+        // Host paths found to be runners (a core.hooksPath inside the tree).
+        let also = [(
+            PathBuf::from("scripts/hooks"),
+            "the repository's core.hooksPath",
+        )];
+        assert_eq!(
+            divert_reason(&file("scripts/hooks/pre-commit"), &also),
+            Some("the repository's core.hooksPath")
+        );
+        assert_eq!(divert_reason(&file("scripts/build.sh"), &also), None);
     }
 
     /// The host directory's own links are never followed: a link the host has where the
@@ -701,23 +918,29 @@ mod tests {
             std::fs::Permissions::from_mode(0o4755),
         )
         .unwrap();
+        let f = |p: &str| {
+            let meta = std::fs::metadata(upper.join(p));
+            change(
+                p,
+                ChangeKind::File {
+                    executable: meta
+                        .as_ref()
+                        .is_ok_and(|m| m.permissions().mode() & 0o100 != 0),
+                    size: meta.map_or(0, |m| m.len()),
+                },
+            )
+        };
         let changes = vec![
-            file("README.md"),
+            f("README.md"),
             change("build", ChangeKind::Delete),
             change("old.txt", ChangeKind::Delete),
             change("out", ChangeKind::Dir { opaque: true }),
-            file("out/x"),
+            f("out/x"),
             // As if the host had made `lib` a link after the scan: its file is refused.
-            file("lib/y"),
-            change(
-                "run.sh",
-                ChangeKind::File {
-                    executable: true,
-                    size: 10,
-                },
-            ),
+            f("lib/y"),
+            f("run.sh"),
             change("ln", ChangeKind::Symlink("/etc".into())),
-            file("../escape"),
+            f("../escape"),
         ];
         let done = apply(&upper, &host, &changes).unwrap();
         assert_eq!(
@@ -760,5 +983,84 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(names.iter().all(|n| !n.contains(".capgate-")), "{names:?}");
+    }
+
+    /// What the host keeps: a private file stays private when rewritten; a tree holding a
+    /// git repository or a runner file is not removed with its parent; nothing is written
+    /// into a directory that holds a HEAD file (a planted or real git directory); a file
+    /// that grew after the scan is refused; a name of 255 bytes is written.
+    #[test]
+    fn apply_keeps_modes_repositories_and_git_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (upper, host) = (tmp.path().join("upper"), tmp.path().join("host"));
+        std::fs::create_dir(&upper).unwrap();
+        std::fs::create_dir_all(host.join("vendor/lib/.git")).unwrap();
+        std::fs::create_dir_all(host.join("build/out")).unwrap();
+        std::fs::create_dir_all(host.join("fixtures/repo")).unwrap();
+        std::fs::write(host.join("fixtures/repo/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(host.join(".env.local"), "TOKEN=1").unwrap();
+        std::fs::set_permissions(
+            host.join(".env.local"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let long = "n".repeat(255);
+        for (name, body) in [
+            (".env.local", "TOKEN=2"),
+            ("config", "[core]\n\tfsmonitor = evil\n"),
+            (long.as_str(), "long"),
+            ("grown", "1234"),
+        ] {
+            std::fs::write(upper.join(name), body).unwrap();
+        }
+        let sized = |p: &str, size: u64| {
+            change(
+                p,
+                ChangeKind::File {
+                    executable: false,
+                    size,
+                },
+            )
+        };
+        let changes = vec![
+            sized(".env.local", 7),
+            change("vendor", ChangeKind::Delete),
+            change("build", ChangeKind::Delete),
+            sized("fixtures/repo/config", 25),
+            sized(&long, 4),
+            sized("grown", 2),
+        ];
+        let done = apply(&upper, &host, &changes).unwrap();
+        let meta = std::fs::metadata(host.join(".env.local")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read_to_string(host.join(".env.local")).unwrap(),
+            "TOKEN=2"
+        );
+        assert!(
+            host.join("vendor/lib/.git").is_dir(),
+            "the nested repository stays"
+        );
+        assert!(!host.join("build").exists(), "its harmless twin is removed");
+        assert!(!host.join("fixtures/repo/config").exists());
+        assert_eq!(std::fs::read_to_string(host.join(&long)).unwrap(), "long");
+        assert!(!host.join("grown").exists());
+        let refused: Vec<_> = done.refused.iter().map(|r| r.path.clone()).collect();
+        assert_eq!(
+            refused,
+            ["vendor", "fixtures/repo/config", "grown"].map(PathBuf::from),
+            "{:?}",
+            done.refused
+        );
+        assert!(
+            done.refused[0].reason.contains("vendor/lib/.git"),
+            "{:?}",
+            done.refused
+        );
+        assert!(
+            done.refused[1].reason.contains("HEAD"),
+            "{:?}",
+            done.refused
+        );
     }
 }

@@ -49,7 +49,18 @@ pub(crate) fn remove_beneath(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
         Mode::empty(),
     ) {
         Ok(child) => {
-            for child_name in &names_in(&child)? {
+            // Never into another mount (a file system mounted inside the tree): its files
+            // are not the tree's.
+            if mount_id(&child)? != mount_id(dir)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "`{}` is a mount point; nothing beneath it is removed",
+                        Path::new(name).display()
+                    ),
+                ));
+            }
+            for child_name in &names_in(&child, usize::MAX)? {
                 remove_beneath(&child, child_name)?;
             }
         }
@@ -60,13 +71,22 @@ pub(crate) fn remove_beneath(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
 }
 
-/// The names in the open directory `dir`, without `.` and `..`.
-pub(crate) fn names_in(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
+/// The id of the mount `fd` lies on.
+fn mount_id(fd: &OwnedFd) -> io::Result<u64> {
+    let st = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::MNT_ID)?;
+    Ok(st.stx_mnt_id)
+}
+
+/// The names in the open directory `dir`, without `.` and `..`; at most `max` of them.
+pub(crate) fn names_in(dir: &OwnedFd, max: usize) -> io::Result<Vec<std::ffi::OsString>> {
     let mut names = Vec::new();
     for entry in Dir::read_from(dir.as_fd())? {
         let entry = entry?;
         let bytes = entry.file_name().to_bytes();
         if bytes != b"." && bytes != b".." {
+            if names.len() == max {
+                break;
+            }
             names.push(OsStr::from_bytes(bytes).to_owned());
         }
     }
