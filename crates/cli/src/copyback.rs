@@ -89,13 +89,14 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
     for (change, reason) in &divert {
         eprintln!("  {}: {reason}", shown(&change.path));
     }
+    // Kept with the refusals: the workload's own commits live there.
+    let mut refusals = metadata;
     if metadata > 0 {
         say(format!(
             "{} beneath .git (the repository's metadata) NOT copied back",
             count(metadata, "change")
         ));
     }
-    let mut refusals = 0;
     for Refusal { path, reason } in found.skipped.iter().chain(&applied.refused) {
         refusals += 1;
         say(format!("refused {}: {}", shown(path), printable(reason)));
@@ -107,77 +108,180 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
     })
 }
 
+/// Keys of git's configuration whose values name programs git runs or files it reads;
+/// a value's words that are paths inside the tree make those paths runners.
+const PROGRAM_KEYS: &str = r"^(core\.(hookspath|fsmonitor|attributesfile|sshcommand|editor|pager|askpass|gitproxy)|include(if\..*)?\.path|filter\..*\.(clean|smudge|process)|diff\.external|diff\..*\.(textconv|command)|merge\..*\.driver|credential\.(.*\.)?helper|alias\..*|gpg\.(.*\.)?program|sequence\.editor|pager\..*|uploadpack\.packobjectshook|lfs\..*)$";
+
+/// Most entries of the host tree looked at for links named like runners.
+const LINK_WALK_LIMIT: usize = 200_000;
+
 /// Host paths inside `workspace` that are runners by the host's own doing, beyond
-/// [`copyback::RUNNERS`]: where a runner path of the host is a link into the tree
-/// (`.vscode -> editor`, `.git/hooks/pre-commit -> ../../tools/pre-commit`), the
-/// repository's `core.hooksPath`, and the files its git config includes or names as an
-/// attributes file. Changes beneath them are diverted too.
+/// [`copyback::RUNNERS`], as workspace-relative paths: every path named by a value of the
+/// repository's git configuration that can run a program or be read as configuration
+/// ([`PROGRAM_KEYS`]: hooks path, includes, attributes file, filters, drivers, helpers,
+/// aliases…), taken relative to the top of the work tree, to the configuration file that
+/// names it, and to the workspace, whether it exists or not; the targets of the
+/// repository's hooks that are links; and where a host link named like a runner
+/// (`.vscode -> editor`, at any depth) points. Each path is recorded as written, with every
+/// link on its way and where the links lead. Changes at, beneath, or (removing or replacing
+/// it) above any of them are diverted.
 fn host_runners(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
     let Ok(root) = std::fs::canonicalize(workspace) else {
         return Vec::new();
     };
-    let inside = |p: &Path| -> Option<PathBuf> {
-        let real = std::fs::canonicalize(p).ok()?;
-        real.strip_prefix(&root).ok().map(Path::to_path_buf)
-    };
-    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
-    // Runner paths the host has as links: at the top of the tree, and the hooks.
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    for dir in [root.clone(), root.join(".git/hooks")] {
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            candidates.extend(entries.flatten().map(|e| e.path()));
-        }
-    }
-    for path in candidates {
-        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
-        let rel = path.strip_prefix(&root).unwrap_or(&path);
-        if is_link
-            && copyback::runner_reason(rel).is_some()
-            && let Some(target) = inside(&path)
-        {
-            out.push((
-                target,
-                "the host links a file it runs (a hook, a runner) here",
-            ));
-        }
-    }
-    // The repository's own configuration, read with git (the workload's changes never
-    // reach it: .git is never copied back).
-    let config = |key_regexp: &str| -> Vec<String> {
+    let mut named: Vec<(PathBuf, &'static str)> = Vec::new();
+    let git_out = |args: &[&str]| -> Option<Vec<u8>> {
         Command::new("git")
             .arg("-C")
             .arg(&root)
-            .args(["config", "--null", "--get-regexp", key_regexp])
+            .args(args)
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
             .ok()
             .filter(|o| o.status.success())
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split('\0')
-                    .filter_map(|kv| kv.split_once('\n').map(|(_, v)| v.to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .map(|o| o.stdout)
     };
-    let git_dir = root.join(".git");
-    for hooks in config("^core\\.hookspath$") {
-        if let Some(p) = inside(&root.join(expand_home(&hooks))) {
-            out.push((p, "the repository's core.hooksPath: git runs these hooks"));
+    let located = git_out(&[
+        "rev-parse",
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--git-common-dir",
+    ]);
+    if let Some(located) = located {
+        let text = String::from_utf8_lossy(&located).into_owned();
+        let mut lines = text.lines();
+        let (top, common) = (
+            PathBuf::from(lines.next().unwrap_or_default()),
+            PathBuf::from(lines.next().unwrap_or_default()),
+        );
+        let hooks = common.join("hooks");
+        for entry in std::fs::read_dir(&hooks).into_iter().flatten().flatten() {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                named.push((
+                    normalize(&hooks.join(target)),
+                    "a hook of the repository links here: git runs it",
+                ));
+            }
+        }
+        let config = git_out(&[
+            "config",
+            "--show-origin",
+            "--null",
+            "--get-regexp",
+            PROGRAM_KEYS,
+        ])
+        .unwrap_or_default();
+        let fields: Vec<String> = config
+            .split(|b| *b == 0)
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect();
+        for pair in fields.chunks_exact(2) {
+            let origin = pair[0].strip_prefix("file:").map(|f| root.join(f));
+            let Some((_, value)) = pair[1].split_once('\n') else {
+                continue;
+            };
+            let mut bases = vec![top.clone(), root.clone()];
+            bases.extend(
+                origin
+                    .as_deref()
+                    .and_then(Path::parent)
+                    .map(Path::to_path_buf),
+            );
+            let words = value
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                .map(|w| w.trim_start_matches('!'))
+                .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains("://"));
+            for word in words {
+                for base in &bases {
+                    named.push((
+                        normalize(&base.join(expand_home(word))),
+                        "the repository's git configuration names it: git runs or reads it",
+                    ));
+                }
+            }
         }
     }
-    for file in config("^include(if\\..*)?\\.path$") {
-        if let Some(p) = inside(&git_dir.join(expand_home(&file))) {
-            out.push((p, "the repository's git config includes it: git obeys it"));
+    // Links named like runners, anywhere in the tree (not inside .git).
+    let mut budget = LINK_WALK_LIMIT;
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            budget = budget.saturating_sub(1);
+            if budget == 0 {
+                break;
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let rel = path.strip_prefix(&root).unwrap_or(&path);
+            if kind.is_symlink() && copyback::runner_reason(rel).is_some() {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    named.push((
+                        normalize(&dir.join(target)),
+                        "the host links a file it runs (a runner) here",
+                    ));
+                }
+            } else if kind.is_dir() && entry.file_name() != ".git" {
+                stack.push(path);
+            }
         }
     }
-    for file in config("^core\\.attributesfile$") {
-        if let Some(p) = inside(&root.join(expand_home(&file))) {
-            out.push((
-                p,
-                "the repository's attributes file: its drivers make git run programs",
-            ));
+    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+    for (path, reason) in named {
+        for rel in with_links(&root, &path) {
+            if !out.iter().any(|(p, _)| *p == rel) {
+                out.push((rel, reason));
+            }
+        }
+    }
+    out
+}
+
+/// `path` without `.` and `..` components, read as written (a link on the way is not
+/// followed: [`with_links`] follows them).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The workspace-relative forms of the absolute `path`: as written, each host link on its
+/// way, and where those links lead (at most 40 links), those inside `root` only.
+fn with_links(root: &Path, path: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut pending = path.to_path_buf();
+    for _ in 0..40 {
+        let Ok(rel) = pending.strip_prefix(root) else {
+            break;
+        };
+        let rel = rel.to_path_buf();
+        out.push(rel.clone());
+        let mut here = root.to_path_buf();
+        let mut next = None;
+        let names: Vec<_> = rel.components().collect();
+        for (i, name) in names.iter().enumerate() {
+            here.push(name);
+            if let Ok(target) = std::fs::read_link(&here) {
+                out.push(here.strip_prefix(root).unwrap_or(&here).to_path_buf());
+                let mut resolved = here.parent().unwrap_or(root).join(target);
+                resolved.extend(&names[i + 1..]);
+                next = Some(normalize(&resolved));
+                break;
+            }
+        }
+        match next {
+            Some(n) => pending = n,
+            None => break,
         }
     }
     out

@@ -435,9 +435,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
     let mut store = open_store()?;
-    let Provisioned { plan, base } = match provision(&create, &mut store)? {
-        Ok(p) => p,
-        Err(code) => return Ok(code),
+    let provisioned = provision(&create, &mut store);
+    let Ok(Ok(Provisioned { plan, base })) = provisioned else {
+        // Nothing of the sandbox was made but its directory and lock: an ephemeral one
+        // leaves nothing behind.
+        if ephemeral && let Ok(dir) = SandboxDir::of(&name) {
+            let _ = dir.remove();
+        }
+        return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
     };
     let outcome = run_provisioned(args, (&name, &plan, &base), &mut store, prepared);
     if ephemeral {
@@ -708,7 +713,10 @@ fn run_provisioned(
         let upper = spec.state_dir.join("upper");
         let outcome = crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data);
         if let Err(e) = &outcome {
-            eprintln!("capgate: copy-back failed, nothing was applied: {e:#}");
+            eprintln!(
+                "capgate: copy-back failed, nothing was applied: {}",
+                capgate_spec::text::printable(&format!("{e:#}"))
+            );
             if code == exit::OK {
                 code = exit::INVALID;
             }

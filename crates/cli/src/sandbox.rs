@@ -255,7 +255,16 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
     // that fails half-way leaves the record, so `rm` can be run again, and a later `create`
     // of the name never inherits the old sentinels.
     if store.sandbox(&args.name)?.is_some() {
-        SandboxDir::of(&args.name)?.remove()?;
+        // Not while a run of it holds its lock (its state and upper directory in use).
+        let dir = SandboxDir::of(&args.name)?;
+        let Some(_lock) = dir.lock()? else {
+            eprintln!(
+                "capgate: the sandbox `{}` is in use by a `capgate run`; stop it first",
+                args.name
+            );
+            return Ok(exit::REFUSED);
+        };
+        dir.remove()?;
     }
     let removed = store.remove_sandbox(&args.name)?;
     println!(

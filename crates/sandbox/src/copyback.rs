@@ -233,16 +233,96 @@ pub const RUNNERS: &[Runner] = &[
         "Jenkinsfile",
         "CI pipelines run with the repository's secrets",
     ),
+    runner(
+        "mise.local.toml",
+        "mise runs its hooks and tasks on entering the directory",
+    ),
+    runner(
+        ".mise",
+        "mise runs its hooks and tasks on entering the directory",
+    ),
+    runner(
+        ".config/mise.toml",
+        "mise runs its hooks and tasks on entering the directory",
+    ),
+    runner(
+        ".tool-versions",
+        "asdf and mise install and run the tools it names",
+    ),
+    runner(
+        "lefthook.yaml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        ".lefthook.yaml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        "lefthook.toml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        "lefthook.json",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        "lefthook-local.yml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        ".config/lefthook.yml",
+        "lefthook's configuration names the programs git hooks run",
+    ),
+    runner(
+        ".hg",
+        "a Mercurial repository: its hgrc hooks run on hg commands",
+    ),
+    runner(".jj", "a Jujutsu repository's configuration"),
+    runner(
+        ".devcontainer.json",
+        "dev container definitions build and run containers with host mounts",
+    ),
+    runner(".helix", "Helix's language servers are programs it starts"),
+    runner(
+        ".cursor",
+        "agent settings, rules and MCP servers of an editor agent",
+    ),
+    runner(".gemini", "agent settings and MCP servers"),
+    runner(".codex", "agent settings and MCP servers"),
+    runner(
+        ".windsurf",
+        "agent settings, rules and MCP servers of an editor agent",
+    ),
+    runner(".amazonq", "agent settings and MCP servers"),
+    runner(".roo", "agent settings and MCP servers"),
+    runner(".kiro", "agent settings, hooks and MCP servers"),
+    runner(".continue", "agent settings and MCP servers"),
+    runner("opencode.json", "agent settings and MCP servers"),
+    runner("bunfig.toml", "bun settings such as preload scripts"),
+    runner(
+        ".bazelversion",
+        "bazelisk downloads and runs the Bazel it names",
+    ),
+    runner(
+        "gradle-wrapper.properties",
+        "the Gradle distribution the wrapper downloads and runs, an IDE's import included",
+    ),
 ];
 
 /// Why a change must be diverted rather than applied (it is a symbolic link, or matches
-/// [`RUNNERS`], or lies beneath one of `also`: host paths found to be runners too), or
-/// `None` when it may be applied.
+/// [`RUNNERS`], or lies at or beneath one of `also`, host paths found to be runners too,
+/// or removes or replaces what leads to one), or `None` when it may be applied.
 pub fn divert_reason<'a>(change: &Change, also: &'a [(PathBuf, &'a str)]) -> Option<&'a str> {
     if let ChangeKind::Symlink(_) = change.kind {
         return Some("a symbolic link could point tools on the host outside the workspace");
     }
-    if let Some((_, reason)) = also.iter().find(|(p, _)| change.path.starts_with(p)) {
+    // At or beneath one of `also`, or above it when the change removes or replaces what
+    // leads to it (a directory merely holding changes is not such a change).
+    let replaces = !matches!(change.kind, ChangeKind::Dir { opaque: false });
+    if let Some((_, reason)) = also
+        .iter()
+        .find(|(p, _)| change.path.starts_with(p) || (replaces && p.starts_with(&change.path)))
+    {
         return Some(reason);
     }
     if change.path.file_name() == Some(OsStr::new("HEAD")) {
@@ -279,6 +359,21 @@ fn runner_matches(pattern: &str, path: &Path) -> bool {
     names
         .windows(want.len())
         .any(|w| w.iter().zip(&want).all(|(a, b)| a.eq_ignore_ascii_case(b)))
+}
+
+/// A path of the workload's, for a message: control characters spelled out.
+fn shown(path: &Path) -> String {
+    path.to_string_lossy()
+        .chars()
+        .flat_map(|c| {
+            let spelled: Vec<char> = if c.is_control() {
+                c.escape_unicode().collect()
+            } else {
+                vec![c]
+            };
+            spelled
+        })
+        .collect()
 }
 
 fn invalid(message: String) -> io::Error {
@@ -331,7 +426,11 @@ fn scan_dir(
     out: &mut Changes,
     total: &mut u64,
 ) -> io::Result<()> {
-    let mut names = crate::remove::names_in(dir, limits.max_entries.saturating_add(1))?;
+    let seen = out.changes.len() + out.skipped.len();
+    let mut names = crate::remove::names_in(
+        dir,
+        limits.max_entries.saturating_sub(seen).saturating_add(1),
+    )?;
     names.sort();
     for name in names {
         let path = rel.join(&name);
@@ -344,7 +443,7 @@ fn scan_dir(
         if path.components().count() > limits.max_depth {
             return Err(invalid(format!(
                 "`{}` is deeper than {} directories",
-                path.display(),
+                shown(&path),
                 limits.max_depth
             )));
         }
@@ -364,7 +463,7 @@ fn scan_dir(
                 if size > limits.max_file_bytes {
                     return Err(invalid(format!(
                         "`{}` is larger than {} bytes",
-                        path.display(),
+                        shown(&path),
                         limits.max_file_bytes
                     )));
                 }
@@ -385,7 +484,7 @@ fn scan_dir(
                     // Its data is still the host's: copying it would copy nothing.
                     return Err(invalid(format!(
                         "`{}` is a metadata-only copy (overlay metacopy), which copy-back does not read",
-                        path.display()
+                        shown(&path)
                     )));
                 }
                 out.changes.push(Change {
@@ -451,15 +550,12 @@ pub fn open_changed_file(upper: &Path, rel: &Path, size: u64) -> io::Result<io::
     )?;
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(invalid(format!(
-            "`{}` is not a regular file",
-            rel.display()
-        )));
+        return Err(invalid(format!("`{}` is not a regular file", shown(rel))));
     }
     if u64::try_from(st.st_size).ok() != Some(size) {
         return Err(invalid(format!(
             "`{}` changed after it was read",
-            rel.display()
+            shown(rel)
         )));
     }
     Ok(io::Read::take(File::from(fd), size))
@@ -569,7 +665,7 @@ fn explain(e: io::Error) -> String {
 fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> Result<(OwnedFd, &'a OsStr), String> {
     let ok = rel.components().all(|c| matches!(c, Component::Normal(_)));
     let (Some(name), true) = (rel.file_name(), ok) else {
-        return Err(format!("`{}` is not a plain relative path", rel.display()));
+        return Err(format!("`{}` is not a plain relative path", shown(rel)));
     };
     let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
     let fd = rustix::fs::openat2(
@@ -614,23 +710,28 @@ fn remove(dir: &OwnedFd, rel: &Path, name: &OsStr, kind: FileType) -> Result<(),
 
 /// The first path beneath the host's directory `name` (at `rel`) that is a runner or a
 /// `HEAD` file, looking at most [`GUARD_LIMIT`] entries deep into it (past that, the
-/// directory counts as guarded).
+/// directory counts as guarded). One directory is open at a time, each opened from `dir`
+/// beneath it, never through a link.
 fn guarded_beneath(dir: &OwnedFd, name: &OsStr, rel: &Path) -> io::Result<Option<PathBuf>> {
     let mut budget = GUARD_LIMIT;
-    let mut stack = vec![(open_dir_at(dir, name)?, rel.to_path_buf())];
-    while let Some((fd, at)) = stack.pop() {
+    let mut stack = vec![PathBuf::from(name)];
+    while let Some(at) = stack.pop() {
+        let fd = rustix::fs::openat2(
+            dir,
+            &at,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )?;
         for child in crate::remove::names_in(&fd, budget)? {
             budget = budget.saturating_sub(1);
-            if budget == 0 {
-                return Ok(Some(at));
-            }
-            let path = at.join(&child);
-            if runner_reason(&path).is_some() || child == "HEAD" {
-                return Ok(Some(path));
+            let shown = rel.join(at.strip_prefix(name).unwrap_or(&at)).join(&child);
+            if budget == 0 || runner_reason(&shown).is_some() || child == "HEAD" {
+                return Ok(Some(shown));
             }
             let st = rustix::fs::statat(&fd, &child, AtFlags::SYMLINK_NOFOLLOW)?;
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                stack.push((open_dir_at(&fd, &child)?, path));
+                stack.push(at.join(&child));
             }
         }
     }
