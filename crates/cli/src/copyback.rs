@@ -42,7 +42,7 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
             upper.display()
         )
     })?;
-    let also = host_runners(workspace);
+    let also = host_runners(workspace)?;
     let mut apply = Vec::new();
     let mut divert: Vec<(Change, &str)> = Vec::new();
     let mut metadata = 0usize;
@@ -108,32 +108,107 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
     })
 }
 
-/// Keys of git's configuration whose values name programs git runs or files it reads;
-/// a value's words that are paths inside the tree make those paths runners.
-const PROGRAM_KEYS: &str = r"^(core\.(hookspath|fsmonitor|attributesfile|sshcommand|editor|pager|askpass|gitproxy)|include(if\..*)?\.path|filter\..*\.(clean|smudge|process)|diff\.external|diff\..*\.(textconv|command)|merge\..*\.driver|credential\.(.*\.)?helper|alias\..*|gpg\.(.*\.)?program|sequence\.editor|pager\..*|uploadpack\.packobjectshook|lfs\..*)$";
+/// Keys of git's configuration whose whole value is a path (which may hold spaces, and
+/// need not hold a `/`). Every other value counts by its words that hold a `/`.
+fn is_path_key(key: &str) -> bool {
+    matches!(
+        key,
+        "core.hookspath" | "core.attributesfile" | "core.worktree" | "init.templatedir"
+    ) || (key.starts_with("include") && key.ends_with(".path"))
+}
 
-/// Most entries of the host tree looked at for links named like runners.
-const LINK_WALK_LIMIT: usize = 200_000;
+/// Most entries of the host tree looked at (for runner-named links and nested
+/// repositories); a larger tree cannot be checked, and copy-back refuses it.
+const TREE_WALK_LIMIT: usize = 1_000_000;
 
 /// Host paths inside `workspace` that are runners by the host's own doing, beyond
-/// [`copyback::RUNNERS`], as workspace-relative paths: every path named by a value of the
-/// repository's git configuration that can run a program or be read as configuration
-/// ([`PROGRAM_KEYS`]: hooks path, includes, attributes file, filters, drivers, helpers,
-/// aliases…), taken relative to the top of the work tree, to the configuration file that
-/// names it, and to the workspace, whether it exists or not; the targets of the
-/// repository's hooks that are links; and where a host link named like a runner
-/// (`.vscode -> editor`, at any depth) points. Each path is recorded as written, with every
-/// link on its way and where the links lead. Changes at, beneath, or (removing or replacing
-/// it) above any of them are diverted.
-fn host_runners(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
-    let Ok(root) = std::fs::canonicalize(workspace) else {
-        return Vec::new();
-    };
+/// [`copyback::RUNNERS`], as workspace-relative paths:
+/// - for the repository around the workspace and every repository nested in it: each
+///   configuration file git reads (all scopes), every path its values name (a path key's
+///   whole value; other values' words that hold a `/`: programs of filters, drivers,
+///   helpers, aliases, pagers, ssh commands, …), relative to the top of the work tree,
+///   to the file that names it and to the workspace, whether it exists or not; the hooks
+///   directory and the links in it;
+/// - where a host link named like a runner points (`app/.vscode -> ../editor`).
+///
+/// Each path counts as written, as its longest existing prefix resolves, with every host
+/// link on its way and where the links lead, and, for a directory, with the targets of
+/// the links in it. Fails (and copy-back applies nothing) when git cannot read a
+/// repository that is there, or the tree is larger than [`TREE_WALK_LIMIT`].
+fn host_runners(workspace: &Path) -> Result<Vec<(PathBuf, &'static str)>> {
+    let root = std::fs::canonicalize(workspace)?;
     let mut named: Vec<(PathBuf, &'static str)> = Vec::new();
+    let mut repos = vec![root.clone()];
+    let mut budget = TREE_WALK_LIMIT;
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            budget = budget.checked_sub(1).with_context(|| {
+                format!(
+                    "`{}` holds more than {TREE_WALK_LIMIT} entries: copy-back cannot check it for links to files the host runs",
+                    printable(&root.to_string_lossy())
+                )
+            })?;
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let rel = path.strip_prefix(&root).unwrap_or(&path);
+            if entry.file_name() == ".git" {
+                repos.push(dir.clone());
+            } else if kind.is_symlink() && copyback::runner_reason(rel).is_some() {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    named.push((
+                        normalize(&dir.join(target)),
+                        "the host links a file it runs (a runner) here",
+                    ));
+                }
+            } else if kind.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    repos.dedup();
+    for repo in &repos {
+        git_runners(&root, repo, &mut named)?;
+    }
+    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+    let mut add = |rel: PathBuf, reason: &'static str| {
+        // The workspace itself is no runner path (`git add .` in an alias).
+        if !rel.as_os_str().is_empty() && !out.iter().any(|(p, _)| *p == rel) {
+            out.push((rel, reason));
+        }
+    };
+    for (path, reason) in named {
+        let mut forms = with_links(&root, &path);
+        forms.extend(with_links(&root, &resolved_prefix(&path)));
+        for rel in forms {
+            // A directory's links lead to runners too (a hook that links elsewhere).
+            for entry in std::fs::read_dir(root.join(&rel))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(target) = std::fs::read_link(entry.path()) {
+                    for linked in with_links(&root, &normalize(&root.join(&rel).join(target))) {
+                        add(linked, reason);
+                    }
+                }
+            }
+            add(rel, reason);
+        }
+    }
+    Ok(out)
+}
+
+/// What the repository at `repo` (if it is one) makes a runner: see [`host_runners`].
+fn git_runners(root: &Path, repo: &Path, named: &mut Vec<(PathBuf, &'static str)>) -> Result<()> {
     let git_out = |args: &[&str]| -> Option<Vec<u8>> {
         Command::new("git")
             .arg("-C")
-            .arg(&root)
+            .arg(repo)
+            // Reading a repository another user owns runs nothing of it.
+            .args(["-c", "safe.directory=*"])
             .args(args)
             .stdin(Stdio::null())
             .stderr(Stdio::null())
@@ -148,95 +223,87 @@ fn host_runners(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
         "--show-toplevel",
         "--git-common-dir",
     ]);
-    if let Some(located) = located {
-        let text = String::from_utf8_lossy(&located).into_owned();
-        let mut lines = text.lines();
-        let (top, common) = (
-            PathBuf::from(lines.next().unwrap_or_default()),
-            PathBuf::from(lines.next().unwrap_or_default()),
+    let Some(located) = located else {
+        if repo.join(".git").exists() {
+            bail!(
+                "git cannot read the repository at `{}`, so what its configuration runs is unknown",
+                printable(&repo.to_string_lossy())
+            );
+        }
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(&located).into_owned();
+    let mut lines = text.lines();
+    let (top, common) = (
+        PathBuf::from(lines.next().unwrap_or_default()),
+        PathBuf::from(lines.next().unwrap_or_default()),
+    );
+    named.push((
+        common.join("hooks"),
+        "the repository's hooks: git runs them",
+    ));
+    let Some(config) = git_out(&["config", "--list", "--show-origin", "--null"]) else {
+        bail!(
+            "git cannot read the configuration of the repository at `{}`",
+            printable(&repo.to_string_lossy())
         );
-        let hooks = common.join("hooks");
-        for entry in std::fs::read_dir(&hooks).into_iter().flatten().flatten() {
-            if let Ok(target) = std::fs::read_link(entry.path()) {
+    };
+    let fields: Vec<String> = config
+        .split(|b| *b == 0)
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    for pair in fields.chunks_exact(2) {
+        let origin = pair[0].strip_prefix("file:").map(|f| repo.join(f));
+        if let Some(file) = &origin {
+            named.push((normalize(file), "a git configuration file: git obeys it"));
+        }
+        let (key, value) = pair[1].split_once('\n').unwrap_or((&pair[1], ""));
+        let mut bases = vec![top.clone(), root.to_path_buf()];
+        bases.extend(
+            origin
+                .as_deref()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf),
+        );
+        let mut paths: Vec<&str> = value
+            .split(|c: char| c.is_whitespace() || "\"';&|()=<>`".contains(c))
+            .map(|w| w.trim_start_matches('!'))
+            .filter(|w| w.contains('/') && !w.contains("://"))
+            .collect();
+        if is_path_key(key) && !value.trim().is_empty() {
+            paths.push(value.trim());
+        }
+        for path in paths {
+            for base in &bases {
                 named.push((
-                    normalize(&hooks.join(target)),
-                    "a hook of the repository links here: git runs it",
+                    normalize(&base.join(expand_home(path))),
+                    "the repository's git configuration names it: git runs or reads it",
                 ));
             }
         }
-        let config = git_out(&[
-            "config",
-            "--show-origin",
-            "--null",
-            "--get-regexp",
-            PROGRAM_KEYS,
-        ])
-        .unwrap_or_default();
-        let fields: Vec<String> = config
-            .split(|b| *b == 0)
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .collect();
-        for pair in fields.chunks_exact(2) {
-            let origin = pair[0].strip_prefix("file:").map(|f| root.join(f));
-            let Some((_, value)) = pair[1].split_once('\n') else {
-                continue;
-            };
-            let mut bases = vec![top.clone(), root.clone()];
-            bases.extend(
-                origin
-                    .as_deref()
-                    .and_then(Path::parent)
-                    .map(Path::to_path_buf),
-            );
-            let words = value
-                .split(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-                .map(|w| w.trim_start_matches('!'))
-                .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains("://"));
-            for word in words {
-                for base in &bases {
-                    named.push((
-                        normalize(&base.join(expand_home(word))),
-                        "the repository's git configuration names it: git runs or reads it",
-                    ));
-                }
+    }
+    Ok(())
+}
+
+/// `path` with its longest existing prefix resolved (links followed, out of the
+/// workspace and back in included) and the rest as written.
+fn resolved_prefix(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
             }
+            _ => return path.to_path_buf(),
         }
     }
-    // Links named like runners, anywhere in the tree (not inside .git).
-    let mut budget = LINK_WALK_LIMIT;
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            budget = budget.saturating_sub(1);
-            if budget == 0 {
-                break;
-            }
-            let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let rel = path.strip_prefix(&root).unwrap_or(&path);
-            if kind.is_symlink() && copyback::runner_reason(rel).is_some() {
-                if let Ok(target) = std::fs::read_link(&path) {
-                    named.push((
-                        normalize(&dir.join(target)),
-                        "the host links a file it runs (a runner) here",
-                    ));
-                }
-            } else if kind.is_dir() && entry.file_name() != ".git" {
-                stack.push(path);
-            }
-        }
-    }
-    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
-    for (path, reason) in named {
-        for rel in with_links(&root, &path) {
-            if !out.iter().any(|(p, _)| *p == rel) {
-                out.push((rel, reason));
-            }
-        }
-    }
-    out
 }
 
 /// `path` without `.` and `..` components, read as written (a link on the way is not

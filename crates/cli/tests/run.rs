@@ -1582,6 +1582,60 @@ fn copy_back_diverts_what_the_hosts_config_and_links_make_runners() {
     }
 }
 
+/// More of what the host's repositories make runners: a nested repository's hooks path, a
+/// hooks directory that is itself a link into the tree, a hooks path with a space, a
+/// program an alias runs (`;` after it), all in a repository another user owns (git
+/// refuses to read such a repository unless told it is safe; reading it runs nothing).
+#[test]
+fn copy_back_diverts_runners_of_nested_and_foreign_repositories() {
+    let env = setup();
+    let ws = env.path("ws");
+    for d in ["lib/my hooks", "tools/hooks", "scripts"] {
+        std::fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::remove_dir_all(ws.join(".git/hooks")).unwrap();
+    std::os::unix::fs::symlink("../tools/hooks", ws.join(".git/hooks")).unwrap();
+    git(
+        &ws,
+        &["config", "alias.lint", "!f() { sh scripts/lint.sh; }; f"],
+    );
+    git(&ws.join("lib"), &["init", "-q", "-b", "main"]);
+    git(&ws.join("lib"), &["config", "core.hooksPath", "my hooks"]);
+    // Another owner for the work trees and their git directories: git's ownership check.
+    let chown = Command::new("chown")
+        .arg("4242:4242")
+        .args([&ws, &ws.join(".git"), &ws.join("lib/.git")])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let refused = Command::new("git")
+        .arg("-C")
+        .arg(&ws)
+        .args(["rev-parse", "--git-dir"])
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "git reads a repository another user owns"
+    );
+    let o = env.copy_back(
+        "cb5",
+        "echo evil > 'lib/my hooks/pre-commit'; echo evil > tools/hooks/pre-commit; \
+         echo evil > scripts/lint.sh; echo ok > scripts/build.sh",
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("cannot create"), "{stderr}");
+    assert!(!ws.join("lib/my hooks/pre-commit").exists(), "{stderr}");
+    assert!(!ws.join("tools/hooks/pre-commit").exists(), "{stderr}");
+    assert!(!ws.join("scripts/lint.sh").exists(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("scripts/build.sh")).unwrap(),
+        "ok\n"
+    );
+}
+
 /// A workspace below the top of its repository: the repository's hooks path is taken
 /// from the top, and a hook written through the workspace is still diverted.
 #[test]
