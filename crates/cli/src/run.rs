@@ -411,7 +411,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
     // of the same name would re-provision its rules, and write its upper directory while
     // copy-back reads it.
-    let _lock = match crate::state::SandboxDir::of(&name)?.lock()? {
+    let fresh = !SandboxDir::of(&name)?.dir.exists();
+    let _lock = match SandboxDir::of(&name)?.lock()? {
         Some(lock) => lock,
         None => {
             eprintln!(
@@ -437,9 +438,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let mut store = open_store()?;
     let provisioned = provision(&create, &mut store);
     let Ok(Ok(Provisioned { plan, base })) = provisioned else {
-        // Nothing of the sandbox was made but its directory and lock: an ephemeral one
-        // leaves nothing behind.
-        if ephemeral && let Ok(dir) = SandboxDir::of(&name) {
+        // Nothing of the sandbox was made but its directory and lock: one this run made
+        // (an ephemeral one, a new name) leaves nothing behind.
+        if fresh && let Ok(dir) = SandboxDir::of(&name) {
             let _ = dir.remove();
         }
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));

@@ -1730,6 +1730,22 @@ fn a_named_sandboxs_changes_stay_with_their_workspace() {
     assert_eq!(o.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("in use by another"), "{stderr}");
     assert!(first.wait().unwrap().success());
+
+    // A new name refused before anything was provisioned leaves no directory behind.
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "ghost",
+            "--kit",
+            "/nonexistent",
+            "--",
+            "true",
+        ],
+        None,
+    );
+    assert_ne!(o.status.code(), Some(0));
+    assert!(!env.path("home/sandboxes/ghost").exists());
 }
 
 /// A link the host has in its workspace is replaced where the workload made a directory,
