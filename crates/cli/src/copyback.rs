@@ -7,7 +7,7 @@
 //! `copyback` module reads the changes and writes them safely; this module decides, diverts
 //! and reports.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -437,6 +437,18 @@ pub fn unused_dir(parent: &Path, sandbox: &str) -> PathBuf {
 /// system monitor off (the repository's config is the user's own: `.git` is never copied
 /// back), with a fixed identity.
 fn git(workspace: &Path, index: &Path, args: &[&str], input: Option<&[u8]>) -> Result<String> {
+    let out = git_bytes(workspace, index, args, input)?;
+    Ok(String::from_utf8_lossy(&out).trim_end().to_owned())
+}
+
+/// [`git`]'s output as bytes. The input is written by a thread of its own, so a command
+/// that answers as it reads (`hash-object --stdin-paths`) never blocks on a full pipe.
+fn git_bytes(
+    workspace: &Path,
+    index: &Path,
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> Result<Vec<u8>> {
     let mut cmd = Command::new("git");
     cmd.arg("-C")
         .arg(workspace)
@@ -445,6 +457,9 @@ fn git(workspace: &Path, index: &Path, args: &[&str], input: Option<&[u8]>) -> R
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            // A repository another user owns: nothing of its configuration runs here.
+            "-c",
+            "safe.directory=*",
             "--literal-pathspecs",
         ])
         .args(args)
@@ -461,10 +476,13 @@ fn git(workspace: &Path, index: &Path, args: &[&str], input: Option<&[u8]>) -> R
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().context("cannot run git")?;
-    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin.write_all(bytes)?;
-    }
-    let out = child.wait_with_output()?;
+    let out = std::thread::scope(|scope| {
+        if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+            // A write error shows as git's own failure below.
+            scope.spawn(move || stdin.write_all(bytes));
+        }
+        child.wait_with_output()
+    })?;
     if !out.status.success() {
         bail!(
             "git {}: {}",
@@ -472,7 +490,7 @@ fn git(workspace: &Path, index: &Path, args: &[&str], input: Option<&[u8]>) -> R
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+    Ok(out.stdout)
 }
 
 /// Commits `changes` on top of HEAD (or as a first commit) on the new branch `branch`, and
@@ -505,38 +523,79 @@ fn commit_on_branch(
                 .map(|t| t.len())
                 .unwrap_or(40),
         );
+        // The blobs: each file's content (read to its scanned size) and each link's
+        // target, copied into a private folder and written by one git process.
+        let staging = data.join(format!(".copyback-{}", std::process::id()));
+        crate::state::private_dir(&staging)?;
+        let staged = (|| -> Result<Vec<String>> {
+            let mut paths = String::new();
+            for (i, change) in changes.iter().enumerate() {
+                let blob = staging.join(i.to_string());
+                match &change.kind {
+                    ChangeKind::File { size, .. } => {
+                        let mut from = copyback::open_changed_file(upper, &change.path, *size)?;
+                        std::io::copy(&mut from, &mut std::fs::File::create_new(&blob)?)?;
+                    }
+                    ChangeKind::Symlink(target) => {
+                        std::fs::write(&blob, target.as_os_str().as_encoded_bytes())?;
+                    }
+                    _ => continue,
+                }
+                paths.push_str(&blob.to_string_lossy());
+                paths.push('\n');
+            }
+            if paths.is_empty() {
+                return Ok(Vec::new());
+            }
+            let oids = git(
+                &["hash-object", "-w", "--no-filters", "--stdin-paths"],
+                Some(paths.as_bytes()),
+            )?;
+            Ok(oids.lines().map(str::to_owned).collect())
+        })();
+        let _ = capgate_sandbox::remove_tree(&staging);
+        let mut oids = staged?.into_iter();
+        // What the index has, for removals: an entry at a removed path or beneath it.
+        let indexed = git_bytes(workspace, &index, &["ls-files", "-z"], None)?;
+        let indexed: Vec<&[u8]> = indexed
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .collect();
         let mut info: Vec<u8> = Vec::new();
         for change in changes {
             let path = change.path.as_os_str().as_encoded_bytes();
-            let mut entry = |mode: &str, oid: &str| {
-                info.extend_from_slice(format!("{mode} {oid}\t").as_bytes());
-                info.extend_from_slice(path);
+            let mut entry = |mode: &str, oid: &[u8], name: &[u8]| {
+                info.extend_from_slice(format!("{mode} ").as_bytes());
+                info.extend_from_slice(oid);
+                info.push(b'\t');
+                info.extend_from_slice(name);
                 info.push(0);
             };
             match &change.kind {
-                ChangeKind::File { executable, size } => {
-                    let mut bytes = Vec::new();
-                    copyback::open_changed_file(upper, &change.path, *size)?
-                        .read_to_end(&mut bytes)?;
-                    let oid = git(&["hash-object", "-w", "--stdin"], Some(&bytes))?;
-                    entry(if *executable { "100755" } else { "100644" }, &oid);
+                ChangeKind::File { executable, .. } => {
+                    let oid = oids
+                        .next()
+                        .context("git hashed fewer files than it was given")?;
+                    entry(
+                        if *executable { "100755" } else { "100644" },
+                        oid.as_bytes(),
+                        path,
+                    );
                 }
-                ChangeKind::Symlink(target) => {
-                    let oid = git(
-                        &["hash-object", "-w", "--stdin"],
-                        Some(target.as_os_str().as_encoded_bytes()),
-                    )?;
-                    entry("120000", &oid);
+                ChangeKind::Symlink(_) => {
+                    let oid = oids
+                        .next()
+                        .context("git hashed fewer files than it was given")?;
+                    entry("120000", oid.as_bytes(), path);
                 }
                 ChangeKind::Delete | ChangeKind::Dir { opaque: true } => {
-                    // Everything the index has at or beneath it.
-                    let listed = git(
-                        &["ls-files", "-z", "--", &change.path.to_string_lossy()],
-                        None,
-                    )?;
-                    for name in listed.split('\0').filter(|n| !n.is_empty()) {
-                        info.extend_from_slice(format!("0 {zero}\t{name}").as_bytes());
-                        info.push(0);
+                    for name in &indexed {
+                        let beneath = name.len() > path.len()
+                            && name.starts_with(path)
+                            && name[path.len()] == b'/';
+                        if *name == path || beneath {
+                            entry("0", zero.as_bytes(), name);
+                        }
                     }
                 }
                 ChangeKind::Dir { opaque: false } => {}
