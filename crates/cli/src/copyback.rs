@@ -383,7 +383,17 @@ fn divert_changes(
     divert: &[(Change, &str)],
 ) -> Result<Diverted> {
     let changes: Vec<&Change> = divert.iter().map(|(c, _)| c).collect();
-    if workspace.join(".git").exists() {
+    let unsuitable = workspace
+        .join(".git")
+        .exists()
+        .then(|| branch_unsuitable(workspace))
+        .flatten();
+    if let Some(why) = &unsuitable {
+        eprintln!(
+            "capgate: copy-back: the diverted changes are not committed in this repository ({why}); saving them in the data directory instead"
+        );
+    }
+    if workspace.join(".git").exists() && unsuitable.is_none() {
         // A new branch each time: `capgate/NAME`, else `capgate/NAME-2`, …
         let taken = |b: &str| {
             let reference = format!("refs/heads/{b}");
@@ -408,6 +418,50 @@ fn divert_changes(
     let dir = unused_dir(&data.join("copyback"), sandbox);
     save_in_folder(upper, &dir, &changes)?;
     Ok(Diverted::Folder(dir))
+}
+
+/// Why the repository of `workspace` must not get a branch, if it must not: git's
+/// objects owned by another user (as root in a user's repository, they would be left
+/// root's, and the user's own git would fail on them), or a partial clone (writing a tree
+/// may fetch missing objects, running the remote's configured programs).
+fn branch_unsuitable(workspace: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace)
+        // Only reading: which user's it is, is what is asked.
+        .args(["-c", "safe.directory=*"])
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let Some(out) = out else {
+        return Some("git cannot read it".into());
+    };
+    let common = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim_end());
+    let euid = rustix::process::geteuid().as_raw();
+    for dir in [common.clone(), common.join("objects")] {
+        match std::fs::metadata(&dir) {
+            Ok(m) if m.uid() == euid => {}
+            Ok(m) => return Some(format!("`{}` belongs to uid {}", dir.display(), m.uid())),
+            Err(e) => return Some(format!("`{}`: {e}", dir.display())),
+        }
+    }
+    let promisor = Command::new("git")
+        .arg("-C")
+        .arg(workspace)
+        .args([
+            "config",
+            "--get-regexp",
+            r"^(extensions\.partialclone|remote\..*\.promisor)$",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    promisor.then(|| "a partial clone fetches missing objects while writing a tree".into())
 }
 
 /// `base`, or `base-2`, `base-3`, …: the first that is not `taken`.
@@ -457,13 +511,12 @@ fn git_bytes(
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
-            // A repository another user owns: nothing of its configuration runs here.
-            "-c",
-            "safe.directory=*",
             "--literal-pathspecs",
         ])
         .args(args)
         .env("GIT_INDEX_FILE", index)
+        // Never fetch a missing object (git ≥ 2.44; partial clones get no branch anyway).
+        .env("GIT_NO_LAZY_FETCH", "1")
         .env("GIT_AUTHOR_NAME", "capgate")
         .env("GIT_AUTHOR_EMAIL", "capgate@localhost")
         .env("GIT_COMMITTER_NAME", "capgate")
@@ -525,8 +578,13 @@ fn commit_on_branch(
         );
         // The blobs: each file's content (read to its scanned size) and each link's
         // target, copied into a private folder and written by one git process.
-        let staging = data.join(format!(".copyback-{}", std::process::id()));
-        crate::state::private_dir(&staging)?;
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| anyhow::anyhow!("no random bytes: {e}"))?;
+        let staging = data.join(format!(".copyback-{:016x}", u64::from_le_bytes(nonce)));
+        {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+        }
         let staged = (|| -> Result<Vec<String>> {
             let mut paths = String::new();
             for (i, change) in changes.iter().enumerate() {

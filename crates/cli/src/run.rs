@@ -411,7 +411,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
     // of the same name would re-provision its rules, and write its upper directory while
     // copy-back reads it.
-    let fresh = !SandboxDir::of(&name)?.dir.exists();
     let _lock = match SandboxDir::of(&name)?.lock()? {
         Some(lock) => lock,
         None => {
@@ -421,6 +420,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             return Ok(125);
         }
     };
+    // Made by this run (under its lock): nothing in the directory but the lock.
+    let fresh = std::fs::read_dir(&SandboxDir::of(&name)?.dir)
+        .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
     let kits = if args.kits.is_empty() {
         vec![default_kit()?]
     } else {

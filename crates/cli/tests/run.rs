@@ -1627,11 +1627,43 @@ fn copy_back_diverts_runners_of_nested_and_foreign_repositories() {
     let (_, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("cannot create"), "{stderr}");
+    // Another user's repository gets no branch (its objects would be left ours).
+    assert!(stderr.contains("belongs to uid 4242"), "{stderr}");
+    assert!(
+        env.path("home/copyback/cb5/files/scripts/lint.sh").exists(),
+        "{stderr}"
+    );
     assert!(!ws.join("lib/my hooks/pre-commit").exists(), "{stderr}");
     assert!(!ws.join("tools/hooks/pre-commit").exists(), "{stderr}");
     assert!(!ws.join("scripts/lint.sh").exists(), "{stderr}");
     assert_eq!(
         std::fs::read_to_string(ws.join("scripts/build.sh")).unwrap(),
+        "ok\n"
+    );
+}
+
+/// A partial clone gets no branch: writing a tree there fetches missing objects, which
+/// runs programs the remote's configuration names. The diverted change is saved in the
+/// data directory instead; the work itself is applied.
+#[test]
+fn copy_back_commits_nothing_in_a_partial_clone() {
+    let env = setup();
+    let ws = env.path("ws");
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["config", "remote.origin.url", "file:///nonexistent"]);
+    git(&ws, &["config", "remote.origin.promisor", "true"]);
+    let o = env.copy_back("cb6", "echo evil > .envrc; echo ok > work.txt");
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("partial clone"), "{stderr}");
+    assert!(git(&ws, &["branch", "--list", "capgate/*"]).is_empty());
+    assert!(
+        env.path("home/copyback/cb6/files/.envrc").exists(),
+        "{stderr}"
+    );
+    assert!(!ws.join(".envrc").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("work.txt")).unwrap(),
         "ok\n"
     );
 }

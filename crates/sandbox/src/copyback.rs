@@ -298,6 +298,26 @@ pub const RUNNERS: &[Runner] = &[
     runner(".kiro", "agent settings, hooks and MCP servers"),
     runner(".continue", "agent settings and MCP servers"),
     runner("opencode.json", "agent settings and MCP servers"),
+    runner(
+        ".opencode",
+        "OpenCode loads its plugins and settings from here at start",
+    ),
+    runner("opencode.jsonc", "agent settings and MCP servers"),
+    runner(
+        ".aider.conf.yml",
+        "aider runs its lint and test commands after every edit",
+    ),
+    runner(
+        ".aider.conf.yaml",
+        "aider runs its lint and test commands after every edit",
+    ),
+    runner("crush.json", "agent settings and MCP servers"),
+    runner(".crush.json", "agent settings and MCP servers"),
+    runner(".qwen", "agent settings and MCP servers"),
+    runner(".kilocode", "agent settings and MCP servers"),
+    runner(".junie", "agent settings and MCP servers"),
+    runner(".trae", "agent settings and MCP servers"),
+    runner(".augment", "agent settings and MCP servers"),
     runner("bunfig.toml", "bun settings such as preload scripts"),
     runner(
         ".bazelversion",
