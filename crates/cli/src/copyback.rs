@@ -73,6 +73,20 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
         count(applied.removed.len(), "entry"),
         shown(workspace)
     ));
+    // What reached the host tree, by name (the first few): a file written where git does
+    // not look (an ignored folder) shows here and nowhere else.
+    let touched: Vec<&PathBuf> = applied.written.iter().chain(&applied.removed).collect();
+    for path in touched.iter().take(SHOWN) {
+        let what = if applied.removed.contains(path) {
+            "removed"
+        } else {
+            "written"
+        };
+        eprintln!("  {what} {}", shown(path));
+    }
+    if touched.len() > SHOWN {
+        eprintln!("  … and {} more", touched.len() - SHOWN);
+    }
     match &diverted {
         Diverted::Nothing => {}
         Diverted::Branch { branch, commit } => say(format!(
@@ -361,6 +375,9 @@ fn expand_home(value: &str) -> PathBuf {
         _ => PathBuf::from(value),
     }
 }
+
+/// How many applied paths the summary names.
+const SHOWN: usize = 20;
 
 fn count(n: usize, what: &str) -> String {
     match (n, what) {

@@ -1490,6 +1490,8 @@ fn copy_back_applies_the_work_and_diverts_hooks_to_a_branch() {
         stderr.contains("committed on branch capgate/cb2"),
         "{stderr}"
     );
+    assert!(stderr.contains("  written src/new.txt\n"), "{stderr}");
+    assert!(stderr.contains("  removed old.txt\n"), "{stderr}");
     assert!(stderr.contains("beneath .git"), "{stderr}");
 
     // The branch is made, never moved: a second run of the same name leaves it and makes
