@@ -59,7 +59,8 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
     let diverted = if divert.is_empty() {
         Diverted::Nothing
     } else {
-        divert_changes(upper, workspace, sandbox, data, &divert)?
+        let files = copyback::Upper::open(upper)?;
+        divert_changes(&files, workspace, sandbox, data, &divert)?
     };
     let applied = copyback::apply(upper, workspace, &apply)
         .with_context(|| format!("cannot copy back into `{}`", workspace.display()))?;
@@ -389,28 +390,30 @@ fn count(n: usize, what: &str) -> String {
 }
 
 fn is_git_metadata(path: &Path) -> bool {
-    path.components().any(|c| c.as_os_str() == ".git")
+    // The runner patterns' rule: names compare without regard to ASCII case.
+    path.components().any(|c| {
+        c.as_os_str()
+            .as_encoded_bytes()
+            .eq_ignore_ascii_case(b".git")
+    })
 }
 
 fn divert_changes(
-    upper: &Path,
+    upper: &copyback::Upper,
     workspace: &Path,
     sandbox: &str,
     data: &Path,
     divert: &[(Change, &str)],
 ) -> Result<Diverted> {
     let changes: Vec<&Change> = divert.iter().map(|(c, _)| c).collect();
-    let unsuitable = workspace
-        .join(".git")
-        .exists()
-        .then(|| branch_unsuitable(workspace))
-        .flatten();
+    let repository = workspace.join(".git").exists();
+    let unsuitable = repository.then(|| branch_unsuitable(workspace)).flatten();
     if let Some(why) = &unsuitable {
         eprintln!(
             "capgate: copy-back: the diverted changes are not committed in this repository ({why}); saving them in the data directory instead"
         );
     }
-    if workspace.join(".git").exists() && unsuitable.is_none() {
+    if repository && unsuitable.is_none() {
         // A new branch each time: `capgate/NAME`, else `capgate/NAME-2`, …
         let taken = |b: &str| {
             let reference = format!("refs/heads/{b}");
@@ -567,7 +570,7 @@ fn git_bytes(
 /// returns the commit. Nothing but the object store and that branch changes: the index is
 /// a temporary one, the working tree is not read.
 fn commit_on_branch(
-    upper: &Path,
+    upper: &copyback::Upper,
     workspace: &Path,
     branch: &str,
     changes: &[&Change],
@@ -608,7 +611,7 @@ fn commit_on_branch(
                 let blob = staging.join(i.to_string());
                 match &change.kind {
                     ChangeKind::File { size, .. } => {
-                        let mut from = copyback::open_changed_file(upper, &change.path, *size)?;
+                        let mut from = upper.file(&change.path, *size)?;
                         std::io::copy(&mut from, &mut std::fs::File::create_new(&blob)?)?;
                     }
                     ChangeKind::Symlink(target) => {
@@ -713,7 +716,7 @@ fn commit_on_branch(
 
 /// Saves `changes` beneath the new directory `dir` (capgate's own): files as files, links
 /// listed in `LINKS`, removals in `REMOVED`, one path per line.
-fn save_in_folder(upper: &Path, dir: &Path, changes: &[&Change]) -> Result<()> {
+fn save_in_folder(upper: &copyback::Upper, dir: &Path, changes: &[&Change]) -> Result<()> {
     crate::state::private_dir(dir.parent().unwrap_or(dir))?;
     std::fs::create_dir(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
     let mut links = String::new();
@@ -725,7 +728,7 @@ fn save_in_folder(upper: &Path, dir: &Path, changes: &[&Change]) -> Result<()> {
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                let mut from = copyback::open_changed_file(upper, &change.path, *size)?;
+                let mut from = upper.file(&change.path, *size)?;
                 let mut file = std::fs::File::create_new(&to)
                     .with_context(|| format!("cannot create `{}`", to.display()))?;
                 std::io::copy(&mut from, &mut file)?;

@@ -411,7 +411,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
     // of the same name would re-provision its rules, and write its upper directory while
     // copy-back reads it.
-    let _lock = match SandboxDir::of(&name)?.lock()? {
+    let dir = SandboxDir::of(&name)?;
+    let _lock = match dir.lock()? {
         Some(lock) => lock,
         None => {
             eprintln!(
@@ -421,7 +422,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     };
     // Made by this run (under its lock): nothing in the directory but the lock.
-    let fresh = std::fs::read_dir(&SandboxDir::of(&name)?.dir)
+    let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
     let kits = if args.kits.is_empty() {
         vec![default_kit()?]
@@ -442,7 +443,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let Ok(Ok(Provisioned { plan, base })) = provisioned else {
         // Nothing of the sandbox was made but its directory and lock: one this run made
         // (an ephemeral one, a new name) leaves nothing behind.
-        if fresh && let Ok(dir) = SandboxDir::of(&name) {
+        if fresh {
             let _ = dir.remove();
         }
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
@@ -450,9 +451,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let outcome = run_provisioned(args, (&name, &plan, &base), &mut store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
-        if let Ok(dir) = SandboxDir::of(&name)
-            && let Err(e) = dir.remove()
-        {
+        if let Err(e) = dir.remove() {
             eprintln!("capgate: WARNING: this run's state is left on disk: {e:#}");
         }
     }

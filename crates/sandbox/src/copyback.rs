@@ -381,21 +381,6 @@ fn runner_matches(pattern: &str, path: &Path) -> bool {
         .any(|w| w.iter().zip(&want).all(|(a, b)| a.eq_ignore_ascii_case(b)))
 }
 
-/// A path of the workload's, for a message: control characters spelled out.
-fn shown(path: &Path) -> String {
-    path.to_string_lossy()
-        .chars()
-        .flat_map(|c| {
-            let spelled: Vec<char> = if c.is_control() {
-                c.escape_unicode().collect()
-            } else {
-                vec![c]
-            };
-            spelled
-        })
-        .collect()
-}
-
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
@@ -428,11 +413,7 @@ fn open_dir_at(dir: impl AsFd, name: &OsStr) -> io::Result<OwnedFd> {
 /// (nothing may write `upper` meanwhile). Fails, listing nothing, when `upper` holds more
 /// than `limits` allow or something copy-back cannot read (then nothing should be applied).
 pub fn scan(upper: &Path, limits: &Limits) -> io::Result<Changes> {
-    let root = rustix::fs::open(
-        upper,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let Upper(root) = Upper::open(upper)?;
     let mut out = Changes::default();
     let mut total = 0u64;
     scan_dir(&root, Path::new(""), limits, &mut out, &mut total)?;
@@ -463,7 +444,7 @@ fn scan_dir(
         if path.components().count() > limits.max_depth {
             return Err(invalid(format!(
                 "`{}` is deeper than {} directories",
-                shown(&path),
+                path.display(),
                 limits.max_depth
             )));
         }
@@ -483,7 +464,7 @@ fn scan_dir(
                 if size > limits.max_file_bytes {
                     return Err(invalid(format!(
                         "`{}` is larger than {} bytes",
-                        shown(&path),
+                        path.display(),
                         limits.max_file_bytes
                     )));
                 }
@@ -504,7 +485,7 @@ fn scan_dir(
                     // Its data is still the host's: copying it would copy nothing.
                     return Err(invalid(format!(
                         "`{}` is a metadata-only copy (overlay metacopy), which copy-back does not read",
-                        shown(&path)
+                        path.display()
                     )));
                 }
                 out.changes.push(Change {
@@ -551,34 +532,48 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_XDEV);
 
-/// Opens `rel`, a file of [`Changes`] scanned at `size` bytes, in the upper directory for
-/// reading: at most `size` bytes are read from it, and a file whose size changed since the
-/// scan is refused (nothing may write the upper directory once the sandbox stopped; this
-/// holds the bounds even if something did).
-pub fn open_changed_file(upper: &Path, rel: &Path, size: u64) -> io::Result<io::Take<File>> {
-    let root = rustix::fs::open(
-        upper,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let fd = rustix::fs::openat2(
-        &root,
-        rel,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-        BENEATH,
-    )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(invalid(format!("`{}` is not a regular file", shown(rel))));
+/// The upper directory, opened once for reading the changed files out of it.
+#[derive(Debug)]
+pub struct Upper(OwnedFd);
+
+impl Upper {
+    /// Opens the upper directory at `path`.
+    pub fn open(path: &Path) -> io::Result<Upper> {
+        let root = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Upper(root))
     }
-    if u64::try_from(st.st_size).ok() != Some(size) {
-        return Err(invalid(format!(
-            "`{}` changed after it was read",
-            shown(rel)
-        )));
+
+    /// Opens `rel`, a file of [`Changes`] scanned at `size` bytes, for reading: at most
+    /// `size` bytes are read from it, and a file whose size changed since the scan is
+    /// refused (nothing may write the upper directory once the sandbox stopped; this holds
+    /// the bounds even if something did).
+    pub fn file(&self, rel: &Path, size: u64) -> io::Result<io::Take<File>> {
+        let fd = rustix::fs::openat2(
+            &self.0,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(invalid(format!(
+                "`{}` is not a regular file",
+                rel.display()
+            )));
+        }
+        if u64::try_from(st.st_size).ok() != Some(size) {
+            return Err(invalid(format!(
+                "`{}` changed after it was read",
+                rel.display()
+            )));
+        }
+        Ok(io::Read::take(File::from(fd), size))
     }
-    Ok(io::Read::take(File::from(fd), size))
 }
 
 /// What [`apply`] did.
@@ -605,6 +600,7 @@ pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applie
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
+    let upper = Upper::open(upper)?;
     let mut applied = Applied::default();
     let mut refused_dirs: Vec<PathBuf> = Vec::new();
     let mut git_dirs = GitDirs::default();
@@ -621,7 +617,7 @@ pub fn apply(upper: &Path, host: &Path, changes: &[Change]) -> io::Result<Applie
                 "the host's `{}` holds a HEAD file: {GIT_DIR_REASON}",
                 dir.display()
             )),
-            None => apply_one(upper, &root, change, &mut applied),
+            None => apply_one(&upper, &root, change, &mut applied),
         };
         if let Err(reason) = outcome {
             if let ChangeKind::Dir { .. } = change.kind {
@@ -685,7 +681,7 @@ fn explain(e: io::Error) -> String {
 fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> Result<(OwnedFd, &'a OsStr), String> {
     let ok = rel.components().all(|c| matches!(c, Component::Normal(_)));
     let (Some(name), true) = (rel.file_name(), ok) else {
-        return Err(format!("`{}` is not a plain relative path", shown(rel)));
+        return Err(format!("`{}` is not a plain relative path", rel.display()));
     };
     let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
     let fd = rustix::fs::openat2(
@@ -762,7 +758,7 @@ fn guarded_beneath(dir: &OwnedFd, name: &OsStr, rel: &Path) -> io::Result<Option
 const GUARD_LIMIT: usize = 200_000;
 
 fn apply_one(
-    upper: &Path,
+    upper: &Upper,
     root: &OwnedFd,
     change: &Change,
     applied: &mut Applied,
@@ -791,7 +787,7 @@ fn apply_one(
             applied.made.push(change.path.clone());
         }
         ChangeKind::File { executable, size } => {
-            let mut from = open_changed_file(upper, rel, *size).map_err(explain)?;
+            let mut from = upper.file(rel, *size).map_err(explain)?;
             // A file the host has keeps its permissions (a 0600 file stays private); a new
             // one is 0644, or 0755 when the workload made it executable. No set-id bits.
             let mode = match have {
