@@ -7,6 +7,7 @@ mod kitref;
 mod kits;
 mod lock;
 mod policy;
+mod ports;
 mod resolve;
 mod run;
 mod sandbox;
@@ -86,8 +87,10 @@ enum Command {
     /// Run a workload in a sandbox whose only exit is the gateway: resolve the kits, gate
     /// them against the lock, provision the rules, start the gateway and the kernel
     /// sandbox, run install hooks under install grants, then the command under runtime
-    /// grants, and report what was refused. Without `--kit`, a built-in shell with no
-    /// network grants; the workspace is the current directory, copied. Exits with the
+    /// grants, and report what was refused. Each port a kit publishes (port@1) is
+    /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts.
+    /// Without `--kit`, a built-in shell with no network grants; the workspace is the
+    /// current directory, copied. Exits with the
     /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
     /// sandbox cannot start, 126/127 when the command cannot).
     Run(run::RunArgs),

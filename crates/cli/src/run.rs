@@ -624,6 +624,9 @@ fn run_provisioned(
             kind: ListenerKind::Udp,
         },
     ];
+    // port@1: the host reaches these through the sandbox's dialer.
+    let ports = crate::ports::requested(plan);
+    spec.dialer = !ports.is_empty();
     let (mut sandbox, fds) = match prepared.and_then(|p| p.start(&spec)) {
         Ok(s) => s,
         Err(e) => {
@@ -644,6 +647,13 @@ fn run_provisioned(
         .enable_all()
         .build()?;
     serve_listeners(&runtime, &gw, fds)?;
+    if let Some(dialer) = sandbox.take_dialer() {
+        let published = crate::ports::publish(&runtime, dialer, &ports)
+            .context("cannot publish the sandbox's ports on the host's loopback")?;
+        for p in published {
+            eprintln!("capgate: {}", p.describe());
+        }
+    }
     // SIGTERM or SIGHUP (a closed terminal, a service manager) ends the sandbox, and the
     // run then cleans up as after any end: the audit log flushed, an ephemeral sandbox
     // removed. (Ctrl-C reaches the helper in the same process group, with the same end.)
@@ -808,8 +818,7 @@ fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
 
 /// Capability types the resolver accepts (they grant nothing unsafe when left out) but
 /// that `capgate run` does not provide yet: the workload runs without them, and is told.
-const NOT_PROVIDED: [(KnownType, &str); 4] = [
-    (KnownType::Port, "no port is published to the host"),
+const NOT_PROVIDED: [(KnownType, &str); 3] = [
     (
         KnownType::SshAgent,
         "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",

@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,7 +34,7 @@ use crate::linux::Linux;
 use crate::plan::{self, HostView};
 use crate::proto::{self, Reply, Request, WireCommand};
 use crate::report::{LandlockEnforcement, StartReport};
-use crate::spec::{SandboxSpec, VolumeSource, WorkspaceMode};
+use crate::spec::{ListenerKind, SandboxSpec, VolumeSource, WorkspaceMode};
 use crate::sys::{self, Forked};
 
 /// The descriptor number the caller passes the control socket on.
@@ -555,6 +555,27 @@ fn init_main(
         cgroups: cgroups.dirs.clone(),
         warnings,
     };
+    // The dialer's caller end leaves with the listeners, after them.
+    let dialer = if spec.dialer {
+        let (ours, theirs) = match proto::pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                let _ = proto::send(
+                    ctl.as_fd(),
+                    &Reply::Failed(RemoteError::setup(
+                        Step::Network,
+                        format!("the dialer's socket pair: {e}"),
+                    )),
+                    &[],
+                );
+                sys::exit_immediately(1);
+            }
+        };
+        listeners.push(theirs);
+        Some(ours)
+    } else {
+        None
+    };
     if proto::send(
         ctl.as_fd(),
         &Reply::Ready(report),
@@ -565,7 +586,37 @@ fn init_main(
         sys::exit_immediately(1);
     }
     drop(listeners);
-    serve(ctl, &spec.env, &k)
+    serve(ctl, dialer, &spec.env, &k)
+}
+
+/// Answers one request on the dialer channel: a socket made here, inside the network
+/// namespace, passed to the caller. `false` when the channel is closed or garbled, and the
+/// init stops serving it (the sandbox goes on).
+fn dial(dialer: BorrowedFd<'_>) -> bool {
+    let Ok(Some((request, _))) = proto::recv::<proto::Dial>(dialer) else {
+        return false;
+    };
+    let family = if request.v6 {
+        rustix::net::AddressFamily::INET6
+    } else {
+        rustix::net::AddressFamily::INET
+    };
+    let kind = match request.kind {
+        ListenerKind::Tcp => rustix::net::SocketType::STREAM,
+        ListenerKind::Udp => rustix::net::SocketType::DGRAM,
+    };
+    let sent = match rustix::net::socket_with(family, kind, rustix::net::SocketFlags::CLOEXEC, None)
+    {
+        Ok(sock) => proto::send(dialer, &proto::Dialed::Made, &[sock.as_fd()]),
+        Err(e) => proto::send(
+            dialer,
+            &proto::Dialed::Failed {
+                errno: e.raw_os_error(),
+            },
+            &[],
+        ),
+    };
+    sent.is_ok()
 }
 
 /// Raw wait status from nix's decoded form.
@@ -578,7 +629,12 @@ fn raw_status(status: WaitStatus) -> Option<i32> {
 }
 
 /// The init's loop: reap every child, run commands, exit when the caller says so or goes.
-fn serve(ctl: OwnedFd, base_env: &[(String, String)], init: &Linux) -> ! {
+fn serve(
+    ctl: OwnedFd,
+    mut dialer: Option<OwnedFd>,
+    base_env: &[(String, String)],
+    init: &Linux,
+) -> ! {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     if mask.thread_block().is_err() {
@@ -593,12 +649,15 @@ fn serve(ctl: OwnedFd, base_env: &[(String, String)], init: &Linux) -> ! {
     };
     let mut running: Option<Pid> = None;
     loop {
-        let (ctl_ready, child_ready) = {
-            let mut fds = [
+        let (ctl_ready, child_ready, dial_ready) = {
+            let mut fds = vec![
                 PollFd::new(ctl.as_fd(), PollFlags::POLLIN),
                 PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
                 PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
             ];
+            if let Some(d) = &dialer {
+                fds.push(PollFd::new(d.as_fd(), PollFlags::POLLIN));
+            }
             match nix::poll::poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -609,8 +668,18 @@ fn serve(ctl: OwnedFd, base_env: &[(String, String)], init: &Linux) -> ! {
             if ready(&fds[2]) {
                 sys::exit_immediately(0);
             }
-            (ready(&fds[0]), ready(&fds[1]))
+            (
+                ready(&fds[0]),
+                ready(&fds[1]),
+                fds.get(3).is_some_and(ready),
+            )
         };
+        if dial_ready
+            && let Some(d) = &dialer
+            && !dial(d.as_fd())
+        {
+            dialer = None;
+        }
         if child_ready {
             while let Ok(Some(_)) = sigfd.read_signal() {}
             loop {

@@ -8,7 +8,7 @@ use crate::error::SandboxError;
 use crate::helper::CTL_FD;
 use crate::proto::{self, Reply, Request, WireCommand};
 use crate::report::StartReport;
-use crate::spec::{HelperCommand, RunCommand, SandboxSpec};
+use crate::spec::{HelperCommand, ListenerKind, RunCommand, SandboxSpec};
 use crate::sys;
 
 /// Which way a relayed descriptor's bytes go.
@@ -149,6 +149,46 @@ pub struct Sandbox {
     ctl: Option<OwnedFd>,
     helper: Option<Child>,
     report: StartReport,
+    dialer: Option<Dialer>,
+}
+
+/// Makes sockets inside a sandbox's network namespace (asked for with
+/// [`SandboxSpec::dialer`]), for the host side of a published port: the sandbox's init
+/// creates each socket and passes it out, and the caller connects it to a port inside.
+/// The caller is outside Landlock and seccomp, which bind only the sandbox's processes, so
+/// the connection reaches any port that listens inside. Safe to share between threads.
+#[derive(Debug)]
+pub struct Dialer {
+    sock: std::sync::Mutex<OwnedFd>,
+}
+
+impl Dialer {
+    /// A new, unconnected socket of the sandbox's network namespace: IPv6 or IPv4, TCP or
+    /// UDP, close-on-exec and blocking. Fails once the sandbox is gone.
+    pub fn socket(&self, v6: bool, kind: ListenerKind) -> std::io::Result<OwnedFd> {
+        // One request and its reply at a time on the channel.
+        let sock = self
+            .sock
+            .lock()
+            .map_err(|_| std::io::Error::other("the dialer's lock is poisoned"))?;
+        proto::send(sock.as_fd(), &proto::Dial { v6, kind }, &[])?;
+        match proto::recv::<proto::Dialed>(sock.as_fd())? {
+            Some((proto::Dialed::Made, fds)) if fds.len() == 1 => Ok(fds
+                .into_iter()
+                .next()
+                .ok_or_else(|| std::io::Error::other("no socket"))?),
+            Some((proto::Dialed::Failed { errno }, _)) => {
+                Err(std::io::Error::from_raw_os_error(errno))
+            }
+            Some(_) => Err(std::io::Error::other(
+                "the sandbox's dialer answered out of turn",
+            )),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the sandbox is gone",
+            )),
+        }
+    }
 }
 
 fn os(action: &'static str) -> impl Fn(std::io::Error) -> SandboxError {
@@ -176,14 +216,16 @@ impl Prepared {
         let ctl = sandbox.ctl()?;
         proto::send(ctl, &request, &[]).map_err(os("sending the sandbox spec"))?;
         match proto::recv::<Reply>(ctl) {
-            Ok(Some((Reply::Ready(report), fds))) => {
-                if fds.len() != spec.listeners.len() {
+            Ok(Some((Reply::Ready(report), mut fds))) => {
+                let asked = spec.listeners.len() + usize::from(spec.dialer);
+                if fds.len() != asked {
                     return Err(SandboxError::Protocol {
-                        detail: format!(
-                            "{} listeners asked for, {} received",
-                            spec.listeners.len(),
-                            fds.len()
-                        ),
+                        detail: format!("{asked} descriptors asked for, {} received", fds.len()),
+                    });
+                }
+                if spec.dialer {
+                    sandbox.dialer = fds.pop().map(|sock| Dialer {
+                        sock: std::sync::Mutex::new(sock),
                     });
                 }
                 sandbox.report = report;
@@ -229,6 +271,7 @@ impl Sandbox {
             ctl: Some(ours),
             helper: Some(child),
             report: StartReport::default(),
+            dialer: None,
         }))
     }
 
@@ -245,6 +288,11 @@ impl Sandbox {
     /// What the start established (Landlock status, cgroups, warnings).
     pub fn report(&self) -> &StartReport {
         &self.report
+    }
+
+    /// The sandbox's [`Dialer`], when its spec asked for one; `None` after the first call.
+    pub fn take_dialer(&mut self) -> Option<Dialer> {
+        self.dialer.take()
     }
 
     /// The sandbox's name.

@@ -55,7 +55,7 @@ mod sys;
 
 pub use error::{SandboxError, Step};
 pub use helper::helper_main;
-pub use host::{Prepared, Sandbox, Stopper};
+pub use host::{Dialer, Prepared, Sandbox, Stopper};
 pub use policy::shown_host_dirs;
 pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
 pub use remove::remove_tree;

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RemoteError;
 use crate::report::StartReport;
-use crate::spec::{SandboxSpec, User};
+use crate::spec::{ListenerKind, SandboxSpec, User};
 
 /// Version of this protocol; the helper refuses a caller of another version.
 pub(crate) const VERSION: u32 = 1;
@@ -60,6 +60,22 @@ pub(crate) enum Reply {
     Exited { status: i32 },
     /// The command could not be started.
     NotStarted { program: String, message: String },
+}
+
+/// Caller → init on the dialer channel: make a socket inside the network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Dial {
+    /// IPv6 (`AF_INET6`) rather than IPv4.
+    pub v6: bool,
+    /// Stream (TCP) or datagram (UDP).
+    pub kind: ListenerKind,
+}
+
+/// Init → caller on the dialer channel: the socket is attached, or `socket(2)` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Dialed {
+    Made,
+    Failed { errno: i32 },
 }
 
 /// Sends one frame with descriptors.

@@ -60,6 +60,11 @@ pub struct SandboxSpec {
     /// these paths (each beneath it, read-only) and the write places within it; nothing
     /// else of it exists inside (ENOENT). Paths missing from the workspace stay missing.
     pub workspace_read: Option<Vec<PathBuf>>,
+    /// When set, the init also serves a [`crate::Dialer`]: sockets it makes inside the
+    /// network namespace on the caller's request, which the caller connects to a port
+    /// inside (a published port@1). Nothing inside can reach the dialer.
+    #[serde(default)]
+    pub dialer: bool,
 }
 
 /// The workspace: a host directory and how it is shown.
@@ -265,6 +270,7 @@ impl SandboxSpec {
             write_only: None,
             exec_only: None,
             workspace_read: None,
+            dialer: false,
         }
     }
 
