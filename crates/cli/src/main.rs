@@ -3,6 +3,7 @@
 
 mod copyback;
 mod gateway;
+mod identity;
 mod kitref;
 mod kits;
 mod lock;

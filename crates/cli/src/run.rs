@@ -109,6 +109,11 @@ pub struct RunArgs {
     /// Start even where the host cannot apply a requested limit (loudly).
     #[arg(long)]
     dangerously_skip_limits: bool,
+    /// The git name and email a kit's git-identity@1 gets, as `Name <email>` (default: the
+    /// pair pinned by an earlier run of the named sandbox, else the host's global git
+    /// `user.name` and `user.email`). Nothing else of the host's git config is shown.
+    #[arg(long, value_name = "NAME <EMAIL>", value_parser = crate::identity::GitIdentity::parse)]
+    git_identity: Option<crate::identity::GitIdentity>,
     /// The command (default: a shell).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -516,6 +521,32 @@ fn run_provisioned(
         eprintln!("capgate: the sandbox could not start: {problem}");
         return Ok(125);
     }
+    // git-identity@1: selected (and pinned) before anything starts; a required one that
+    // cannot be had refuses the run.
+    let identity = match crate::identity::wanted(plan) {
+        None => None,
+        Some(optional) => {
+            let pin = dir.dir.join("git-identity");
+            match crate::identity::select(args.git_identity.as_ref(), &pin) {
+                Ok(id) => {
+                    crate::identity::pin(&pin, &id)?;
+                    Some(id)
+                }
+                Err(why) if optional => {
+                    eprintln!(
+                        "capgate: the optional git-identity@1 is skipped: {why}; the workload gets no git name or email"
+                    );
+                    None
+                }
+                Err(why) => {
+                    eprintln!(
+                        "capgate: the sandbox could not start: the kits require git-identity@1, and {why} (set `git config --global user.name` and `user.email` on the host, or give --git-identity 'Name <email>')"
+                    );
+                    return Ok(125);
+                }
+            }
+        }
+    };
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
     let first_phase = if has_install {
@@ -681,7 +712,13 @@ fn run_provisioned(
 
     // Install hooks under install grants, then runtime grants for everything else.
     let mut code = exit::OK;
-    if let Some(l) = &hooks {
+    if let Some(id) = &identity
+        && let Err(e) = write_git_identity(&mut sandbox, id)
+    {
+        eprintln!("capgate: the git identity could not be set inside: {e:#}");
+        code = 1;
+    }
+    if let Some(l) = hooks.as_ref().filter(|_| code == exit::OK) {
         for (i, hook) in l.install.iter().enumerate() {
             let mut cmd = RunCommand::agent(hook.command.clone());
             cmd.env = envs.hook(&hook.env);
@@ -818,7 +855,7 @@ fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
 
 /// Capability types the resolver accepts (they grant nothing unsafe when left out) but
 /// that `capgate run` does not provide yet: the workload runs without them, and is told.
-const NOT_PROVIDED: [(KnownType, &str); 3] = [
+const NOT_PROVIDED: [(KnownType, &str); 2] = [
     (
         KnownType::SshAgent,
         "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",
@@ -827,7 +864,6 @@ const NOT_PROVIDED: [(KnownType, &str); 3] = [
         KnownType::AgentSkills,
         "the skills directories are not mounted",
     ),
-    (KnownType::GitIdentity, "no git name or email is provided"),
 ];
 
 /// One line per composed entry of a type (or field) `capgate run` does not provide.
@@ -851,6 +887,29 @@ fn unimplemented(plan: &Plan) -> Vec<String> {
             ))
         })
         .collect()
+}
+
+/// Makes `id` the agent's global git `user.name` and `user.email` inside, as the agent.
+fn write_git_identity(sandbox: &mut Sandbox, id: &crate::identity::GitIdentity) -> Result<()> {
+    let (name, email) = (
+        crate::identity::quoted(&id.name),
+        crate::identity::quoted(&id.email),
+    );
+    let cmd = RunCommand::agent([
+        "/bin/sh",
+        "-c",
+        crate::identity::SCRIPT,
+        "capgate-git-identity",
+        &id.name,
+        &id.email,
+        &name,
+        &email,
+    ]);
+    let status = sandbox.run(&cmd)?;
+    if !status.success() {
+        bail!("the write inside exited with {}", status_code(status));
+    }
+    Ok(())
 }
 
 /// Writes one lifecycle@1 file inside, as the agent (so it owns it and may change it),

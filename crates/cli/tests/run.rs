@@ -94,7 +94,13 @@ impl Env {
     }
 
     fn capgate(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.capgate_env(args, stdin, &[])
+    }
+
+    /// `capgate` with extra environment variables.
+    fn capgate_env(&self, args: &[&str], stdin: Option<&str>, vars: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(BIN);
+        cmd.envs(vars.iter().copied());
         cmd.args(args)
             .current_dir(self.path("ws"))
             .env("CAPGATE_HOME", self.path("home"))
@@ -1897,4 +1903,151 @@ fn copy_back_never_writes_through_the_hosts_links() {
     // --copy-back has nothing to carry with --mount.
     let o = env.capgate(&["run", "--copy-back", "--mount", "--", "true"], None);
     assert_eq!(o.status.code(), Some(1));
+}
+
+/// Runs `capgate run` with a kit asking for git-identity@1 (`optional` or not) and the
+/// host's global git config at `host_config` (none when `None`): exit code, stdout, stderr.
+fn run_with_identity(
+    env: &Env,
+    optional: bool,
+    host_config: Option<&str>,
+    extra: &[&str],
+    script: &str,
+) -> (Option<i32>, String, String) {
+    let kit = env.path("idkit");
+    std::fs::create_dir_all(&kit).unwrap();
+    std::fs::write(
+        kit.join("kit.yaml"),
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/git-identity@1\n    optional: {optional}\n"
+        ),
+    )
+    .unwrap();
+    let home = env.path("host-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let _ = std::fs::remove_file(home.join(".gitconfig"));
+    if let Some(config) = host_config {
+        std::fs::write(home.join(".gitconfig"), config).unwrap();
+    }
+    let home_s = home.display().to_string();
+    let xdg = env.path("host-xdg").display().to_string();
+    let kit_s = kit.display().to_string();
+    let mut args = vec!["run", "--kit", kit_s.as_str()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    let o = env.capgate_env(
+        &args,
+        None,
+        &[
+            ("HOME", home_s.as_str()),
+            ("XDG_CONFIG_HOME", xdg.as_str()),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+        ],
+    );
+    let (stdout, stderr) = out(&o);
+    (o.status.code(), stdout, stderr)
+}
+
+/// What git inside says the agent's global config holds, and who a new commit's author is.
+const IDENTITY_PROBE: &str = r#"git config --global --list; cd /tmp && git init -q r && cd r && git commit -q --allow-empty -m x && git log -1 --format='author=%an <%ae>'"#;
+
+/// git-identity@1: the host user's global name and email become the agent's, and nothing
+/// else of the host's git config crosses (an alias that runs a program, a hooks path);
+/// a repository's own config still wins.
+#[test]
+fn git_identity_takes_the_hosts_name_and_email_and_nothing_else() {
+    let env = setup();
+    let host = "[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n[alias]\n\tevil = !touch /tmp/pwned\n[core]\n\thooksPath = /tmp/hooks\n";
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(host), &[], IDENTITY_PROBE);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        stdout,
+        "user.name=Ada Lovelace\nuser.email=ada@example.com\nauthor=Ada Lovelace <ada@example.com>\n",
+        "{stderr}"
+    );
+    // A repository's own identity wins over the global one.
+    let (code, stdout, stderr) = run_with_identity(
+        &env,
+        false,
+        Some(host),
+        &[],
+        "cd /tmp && git init -q r && cd r && git config user.name Local && git commit -q --allow-empty -m x && git log -1 --format='%an <%ae>'",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "Local <ada@example.com>\n");
+}
+
+/// A required identity the host cannot give refuses the run (125, before anything starts);
+/// an optional one is skipped, and nothing is set inside. A hostile host value (a newline
+/// that would add a config section) is never written.
+#[test]
+fn a_missing_or_hostile_git_identity_refuses_a_required_kit_and_skips_an_optional_one() {
+    let env = setup();
+    let (code, stdout, stderr) = run_with_identity(&env, false, None, &[], "echo started");
+    assert_eq!(code, Some(125), "{stdout}{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("require git-identity@1"), "{stderr}");
+    assert!(stderr.contains("has no `user.name`"), "{stderr}");
+
+    let (code, stdout, stderr) = run_with_identity(
+        &env,
+        true,
+        None,
+        &[],
+        "git config --global user.name || echo no-name; ls -A /home/agent",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    // No .gitconfig was written: the home holds the workspace only.
+    assert_eq!(stdout, "no-name\nworkspace\n", "{stderr}");
+    assert!(
+        stderr.contains("optional git-identity@1 is skipped"),
+        "{stderr}"
+    );
+
+    let hostile =
+        "[user]\n\tname = \"Ada\\n[core]\\n\\thooksPath = /tmp\"\n\temail = ada@example.com\n";
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(hostile), &[], "echo started");
+    assert_eq!(code, Some(125), "{stdout}{stderr}");
+    assert!(stderr.contains("control character"), "{stderr}");
+}
+
+/// The pair is pinned for a named sandbox: a later change of the host's config does not
+/// change it; `--git-identity` chooses (and re-pins) explicitly.
+#[test]
+fn a_named_sandbox_keeps_its_git_identity_until_one_is_given() {
+    let env = setup();
+    let first = "[user]\n\tname = First\n\temail = first@example.com\n";
+    let second = "[user]\n\tname = Second\n\temail = second@example.com\n";
+    let probe = "git config --global user.name";
+    let named = ["--name", "idbox"];
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(first), &named, probe);
+    assert_eq!((code, stdout.as_str()), (Some(0), "First\n"), "{stderr}");
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(second), &named, probe);
+    assert_eq!((code, stdout.as_str()), (Some(0), "First\n"), "{stderr}");
+    // An unnamed run pins nothing: it takes the host's current pair.
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(second), &[], probe);
+    assert_eq!((code, stdout.as_str()), (Some(0), "Second\n"), "{stderr}");
+    let given = [
+        "--name",
+        "idbox",
+        "--git-identity",
+        "Given Name <given@example.com>",
+    ];
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(second), &given, probe);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "Given Name\n"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run_with_identity(&env, false, Some(first), &named, probe);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "Given Name\n"),
+        "{stderr}"
+    );
+    // A malformed flag is refused by the parser, naming the expected form.
+    let bad = ["--git-identity", "no-email"];
+    let (code, _, stderr) = run_with_identity(&env, false, Some(first), &bad, probe);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Name <email>"), "{stderr}");
 }
