@@ -12,6 +12,7 @@ mod ports;
 mod resolve;
 mod run;
 mod sandbox;
+mod skills;
 mod state;
 mod validate;
 

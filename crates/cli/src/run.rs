@@ -109,6 +109,10 @@ pub struct RunArgs {
     /// Start even where the host cannot apply a requested limit (loudly).
     #[arg(long)]
     dangerously_skip_limits: bool,
+    /// Sharing of the host's skills store (`DATA/skills`, which may link elsewhere) at a
+    /// kit's agent-skills@1 paths: `readwrite` lets a kit that asks for it write there.
+    #[arg(long, value_enum, default_value = "readonly")]
+    skills: crate::skills::Sharing,
     /// The git name and email a kit's git-identity@1 gets, as `Name <email>` (default: the
     /// pair pinned by an earlier run of the named sandbox, else the host's global git
     /// `user.name` and `user.email`). Nothing else of the host's git config is shown.
@@ -591,6 +595,12 @@ fn run_provisioned(
         },
     );
     spec.volumes = volumes(plan, base, &dir.dir)?;
+    let taken: Vec<PathBuf> = spec.volumes.iter().map(|v| v.target.clone()).collect();
+    let skills = crate::skills::mounts(plan, args.skills, &data.join("skills"), &data, &taken);
+    spec.volumes.extend(skills.mounts);
+    for note in skills.notes {
+        eprintln!("capgate: {note}");
+    }
     // A pack's exec allowlist, read list and write places (dev.capgate/exec@1,
     // filesystem@1): what it may execute, what of the workspace it sees, where it writes.
     let paths = |list: &[String]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
@@ -855,16 +865,10 @@ fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
 
 /// Capability types the resolver accepts (they grant nothing unsafe when left out) but
 /// that `capgate run` does not provide yet: the workload runs without them, and is told.
-const NOT_PROVIDED: [(KnownType, &str); 2] = [
-    (
-        KnownType::SshAgent,
-        "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",
-    ),
-    (
-        KnownType::AgentSkills,
-        "the skills directories are not mounted",
-    ),
-];
+const NOT_PROVIDED: [(KnownType, &str); 1] = [(
+    KnownType::SshAgent,
+    "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",
+)];
 
 /// One line per composed entry of a type (or field) `capgate run` does not provide.
 fn unimplemented(plan: &Plan) -> Vec<String> {

@@ -2051,3 +2051,63 @@ fn a_named_sandbox_keeps_its_git_identity_until_one_is_given() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("Name <email>"), "{stderr}");
 }
+
+/// agent-skills@1: the host's skills store (`DATA/skills`) is shown at every declared path,
+/// read-only unless both the host setting and the kit say `readwrite`; one store behind all
+/// paths. Missing or switched off, it leaves the paths empty and the run goes on, even for
+/// a required entry.
+#[test]
+fn the_skills_store_is_shown_read_only_unless_both_sides_allow_writes() {
+    let env = setup();
+    let kit = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/agent-skills@1\n    config: {path: /home/agent/.claude/skills}\n  - type: com.docker.sandbox/agent-skills@1\n    config: {path: /home/agent/.agents/skills, mode: readwrite}\n";
+    let probe = "cd /home/agent; cat .claude/skills/review/SKILL.md .agents/skills/review/SKILL.md 2>&1; \
+         echo new > .agents/skills/added 2>/dev/null && echo wrote-agents; \
+         echo new > .claude/skills/other 2>/dev/null && echo wrote-claude; \
+         ls .claude/skills 2>&1 | tr '\\n' ' '; echo";
+    let run = |extra: &[&str]| {
+        std::fs::create_dir_all(env.path("sk")).unwrap();
+        std::fs::write(env.path("sk/kit.yaml"), kit).unwrap();
+        let kit_dir = env.path("sk").display().to_string();
+        let mut args = vec!["run", "--kit", kit_dir.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", probe]);
+        let o = env.capgate(&args, None);
+        let (stdout, stderr) = out(&o);
+        (o.status.code(), stdout, stderr)
+    };
+
+    // No store yet: both paths stay empty; the run goes on and says why.
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("# review"), "{stdout}");
+    assert!(
+        stderr.contains("does not exist; nothing is mounted"),
+        "{stderr}"
+    );
+
+    let store = env.path("home/skills");
+    std::fs::create_dir_all(store.join("review")).unwrap();
+    std::fs::write(store.join("review/SKILL.md"), "# review\n").unwrap();
+    // Host default (readonly): shown at both paths, written at neither.
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "# review\n# review\nreview \n", "{stderr}");
+    // The host allows writes: only the path whose kit entry asks for them takes one, and
+    // the other path (the same store) shows it.
+    let (code, stdout, stderr) = run(&["--skills", "readwrite"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        stdout, "# review\n# review\nwrote-agents\nadded review \n",
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(store.join("added")).unwrap(),
+        "new\n"
+    );
+    assert!(!store.join("other").exists());
+    // Switched off: nothing shown.
+    let (code, stdout, stderr) = run(&["--skills", "off"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("# review"), "{stdout}");
+    assert!(stderr.contains("sharing is off"), "{stderr}");
+}

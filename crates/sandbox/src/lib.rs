@@ -63,5 +63,5 @@ pub use report::{LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{
     AGENT_HOME, AGENT_ID, DEFAULT_PIDS, DEFAULT_TMPFS_SIZE, EtcFiles, HelperCommand, Limits,
     ListenerKind, ListenerSpec, RunCommand, SandboxSpec, User, VolumeMount, VolumeSource,
-    WORKSPACE_DIR, Workspace, WorkspaceMode,
+    WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
 };

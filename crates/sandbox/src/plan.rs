@@ -655,6 +655,13 @@ pub(crate) fn init_effects(
                 push(beneath(bind(src.clone(), target.clone())));
                 push(beneath(remount_bind(target, NOSUID_NODEV)));
             }
+            VolumeSource::ReadOnlyDir(src) => {
+                push(beneath(bind(src.clone(), target.clone())));
+                push(beneath(remount_bind(
+                    target,
+                    MsFlags::MS_RDONLY | NOSUID_NODEV,
+                )));
+            }
             VolumeSource::Tmpfs { size } => push(beneath(mount_fs(
                 "tmpfs",
                 target,
@@ -771,7 +778,12 @@ pub(crate) fn landlock_rules(spec: &SandboxSpec) -> LandlockRules {
             let mut roots: Vec<PathBuf> =
                 WRITE_ROOTS.iter().map(|e| PathBuf::from(e.path)).collect();
             roots.push(PathBuf::from(WORKSPACE_DIR));
-            roots.extend(spec.volumes.iter().map(|v| v.target.clone()));
+            roots.extend(
+                spec.volumes
+                    .iter()
+                    .filter(|v| v.is_writable())
+                    .map(|v| v.target.clone()),
+            );
             roots.extend(spec.writable.iter().cloned());
             roots
         }
@@ -1392,6 +1404,11 @@ mod tests {
     fn landlock_grants_writes_only_beneath_the_writable_places_and_connect_only_to_tcp_listeners() {
         let mut s = spec(WorkspaceMode::Copy);
         s.writable.push(PathBuf::from("/opt/extra"));
+        // A read-only volume is no write grant.
+        s.volumes.push(VolumeMount {
+            target: PathBuf::from("/home/agent/.skills"),
+            source: VolumeSource::ReadOnlyDir("/store".into()),
+        });
         let rules = landlock_rules(&s);
         let roots: Vec<&str> = rules
             .write_roots

@@ -96,11 +96,21 @@ pub struct VolumeMount {
     pub source: VolumeSource,
 }
 
+impl VolumeMount {
+    /// Whether the sandbox may write beneath it.
+    pub fn is_writable(&self) -> bool {
+        !matches!(self.source, VolumeSource::ReadOnlyDir(_))
+    }
+}
+
 /// The source of a volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VolumeSource {
     /// A persistent host directory (created, mode 0700, if missing), bound read-write.
     Dir(PathBuf),
+    /// An existing host directory, bound read-only (never created): nothing inside can
+    /// write beneath it, whatever the Landlock grants.
+    ReadOnlyDir(PathBuf),
     /// A fresh tmpfs of at most `size` bytes, owned by the agent.
     Tmpfs {
         /// Size limit in bytes.
@@ -285,7 +295,7 @@ impl SandboxSpec {
         }
         for volume in &self.volumes {
             volume_target(&volume.target)?;
-            if let VolumeSource::Dir(dir) = &volume.source {
+            if let VolumeSource::Dir(dir) | VolumeSource::ReadOnlyDir(dir) = &volume.source {
                 host_path("volume source", dir)?;
             }
         }
@@ -376,7 +386,12 @@ impl SandboxSpec {
         [WORKSPACE_DIR, AGENT_HOME, "/tmp", "/dev/shm"]
             .into_iter()
             .map(PathBuf::from)
-            .chain(self.volumes.iter().map(|v| v.target.clone()))
+            .chain(
+                self.volumes
+                    .iter()
+                    .filter(|v| v.is_writable())
+                    .map(|v| v.target.clone()),
+            )
     }
 }
 
@@ -459,7 +474,9 @@ const RESERVED_ROOTS: &[&str] = &[
 /// A volume target is absolute and clean, not a reserved system directory, not the workspace
 /// nor inside it (its mount point would have to be created in the host's directory), and
 /// not `/tmp` or `/home/agent` themselves.
-pub(crate) fn volume_target(target: &Path) -> Result<(), SandboxError> {
+/// Where a volume may be mounted: beneath `/home/agent` (not the workspace) or `/tmp`, or
+/// in a new top-level directory (not a system one).
+pub fn volume_target(target: &Path) -> Result<(), SandboxError> {
     const FIELD: &str = "volume target";
     clean_absolute(FIELD, target)?;
     let home = Path::new(AGENT_HOME);

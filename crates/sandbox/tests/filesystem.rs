@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use capgate_sandbox::{VolumeMount, VolumeSource, WorkspaceMode};
+use capgate_sandbox::{User, VolumeMount, VolumeSource, WorkspaceMode};
 use common::*;
 
 #[test]
@@ -220,6 +220,48 @@ fn volumes_are_writable_persistent_dirs_or_tmpfs_and_executable() {
     let mut b2 = start(&s2.spec);
     assert_eq!(sh(&mut b2.sandbox, "cat /cache/state").stdout, "kept\n");
     b2.sandbox.stop().unwrap();
+}
+
+/// A read-only volume shows the host directory's files, one store at two places, and
+/// refuses every change (the attack: a write, a new file, a chmod, a removal, as the agent
+/// and as root inside), while a writable volume beside it takes writes (the twin).
+#[test]
+fn read_only_volumes_show_the_host_directory_and_refuse_changes() {
+    let mut s = setup("fs-rovol", WorkspaceMode::Copy);
+    let store = s.dir.path().join("store");
+    std::fs::create_dir_all(store.join("skill")).unwrap();
+    std::fs::write(store.join("skill/SKILL.md"), "# a skill\n").unwrap();
+    for target in ["/home/agent/.claude/skills", "/home/agent/.agents/skills"] {
+        s.spec.volumes.push(VolumeMount {
+            target: PathBuf::from(target),
+            source: VolumeSource::ReadOnlyDir(store.clone()),
+        });
+    }
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/home/agent/.claude/rw"),
+        source: VolumeSource::Dir(s.dir.path().join("rw")),
+    });
+    let mut b = start(&s.spec);
+    let script = "cd /home/agent; cat .claude/skills/skill/SKILL.md .agents/skills/skill/SKILL.md; \
+         for try in 'echo x >> .claude/skills/skill/SKILL.md' 'echo x > .agents/skills/new' \
+                    'chmod 777 .claude/skills/skill' 'rm .claude/skills/skill/SKILL.md' \
+                    'mkdir .claude/skills/d'; do \
+           sh -c \"$try\" 2>/dev/null && echo \"changed: $try\"; done; \
+         echo w > .claude/rw/file && echo rw-ok";
+    // (Root inside has no capability over the agent's private volume either.)
+    for (user, expected) in [
+        (User::Agent, "# a skill\n# a skill\nrw-ok\n"),
+        (User::Root, "# a skill\n# a skill\n"),
+    ] {
+        let out = run_as(&mut b.sandbox, user, &["sh", "-c", script]);
+        assert_eq!(out.stdout, expected, "{user:?}: {out:?}");
+    }
+    b.sandbox.stop().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(store.join("skill/SKILL.md")).unwrap(),
+        "# a skill\n"
+    );
+    assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1);
 }
 
 #[test]
