@@ -13,6 +13,7 @@ mod resolve;
 mod run;
 mod sandbox;
 mod skills;
+mod sshagent;
 mod state;
 mod validate;
 

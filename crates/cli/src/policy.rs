@@ -628,6 +628,15 @@ fn show_log(a: &LogArgs) -> Result<u8> {
 /// methods and paths are what a workload sent, so they are spelled out, never acted on.
 pub fn event_target(e: &capgate_policy::audit::AuditEvent) -> String {
     match (&e.method, &e.path) {
+        // A request to the relayed SSH agent: its message, and what about it was refused.
+        (Some(m), Some(detail)) if e.host == crate::sshagent::AUDIT_HOST && e.port == 0 => {
+            format!(
+                "{} {} ({})",
+                crate::sshagent::AUDIT_HOST,
+                printable(m),
+                printable(detail)
+            )
+        }
         (Some(m), Some(p)) => format!(
             "{} {}:{}{}",
             printable(m),

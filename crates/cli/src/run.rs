@@ -22,9 +22,9 @@ use capgate_sandbox::{
     EtcFiles, HelperCommand, ListenerKind, ListenerSpec, Prepared, RunCommand, Sandbox,
     SandboxError, SandboxSpec, User, VolumeMount, VolumeSource, Workspace, WorkspaceMode,
 };
+use capgate_spec::caps::Capability;
 use capgate_spec::caps::lifecycle::{FileSpec, Lifecycle};
 use capgate_spec::caps::storage::Resources;
-use capgate_spec::caps::{Capability, KnownType};
 use capgate_spec::text::printable;
 
 use crate::exit;
@@ -321,6 +321,8 @@ fn volumes(plan: &Plan, base: &Path, sandbox_dir: &Path) -> Result<Vec<VolumeMou
 struct Environments {
     baseline: Vec<(String, String)>,
     workload: BTreeMap<String, String>,
+    /// `SSH_AUTH_SOCK` for install hooks that declare it (an install-phase grant).
+    install_ssh: Option<String>,
 }
 
 impl Environments {
@@ -364,7 +366,37 @@ impl Environments {
         Ok(Environments {
             baseline: baseline.into_iter().collect(),
             workload,
+            install_ssh: None,
         })
+    }
+
+    /// `SSH_AUTH_SOCK` (the relayed agent) for the phases granted: the workload and the
+    /// startup hooks that declare it (runtime), the install hooks that declare it (install).
+    fn ssh_agent(&mut self, install: bool, runtime: bool) {
+        let sock = crate::sshagent::SOCKET_IN_SANDBOX.to_owned();
+        if runtime {
+            self.workload
+                .insert("SSH_AUTH_SOCK".to_owned(), sock.clone());
+        }
+        if install {
+            self.install_ssh = Some(sock);
+        }
+    }
+
+    /// What an install hook declaring `names` adds to the baseline: as [`Self::hook`],
+    /// with `SSH_AUTH_SOCK` only under an install-phase grant.
+    fn install_hook(&self, names: &[String]) -> Vec<(String, String)> {
+        let mut env: Vec<_> = self
+            .hook(names)
+            .into_iter()
+            .filter(|(k, _)| k != "SSH_AUTH_SOCK")
+            .collect();
+        if let Some(sock) = &self.install_ssh
+            && names.iter().any(|n| n == "SSH_AUTH_SOCK")
+        {
+            env.push(("SSH_AUTH_SOCK".to_owned(), sock.clone()));
+        }
+        env
     }
 
     /// What a hook declaring `names` adds to the baseline.
@@ -551,6 +583,27 @@ fn run_provisioned(
             }
         }
     };
+    // ssh-agent@1: the host's agent must answer for a required grant.
+    let ssh = crate::sshagent::Grants::of(plan);
+    let ssh_backing = if ssh.phases.is_empty() {
+        None
+    } else {
+        match crate::sshagent::backing_agent() {
+            Ok(path) => Some(path),
+            Err(why) if !ssh.required => {
+                eprintln!(
+                    "capgate: the optional ssh-agent@1 is skipped: {why}; SSH_AUTH_SOCK is not set inside"
+                );
+                None
+            }
+            Err(why) => {
+                eprintln!(
+                    "capgate: the sandbox could not start: the kits require ssh-agent@1, and {why}"
+                );
+                return Ok(125);
+            }
+        }
+    };
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
     let first_phase = if has_install {
@@ -595,6 +648,23 @@ fn run_provisioned(
         },
     );
     spec.volumes = volumes(plan, base, &dir.dir)?;
+    let ssh_listener = match &ssh_backing {
+        Some(_) => {
+            let host_dir = dir.dir.join("ssh-agent");
+            let listener = crate::sshagent::listen(&host_dir).with_context(|| {
+                format!(
+                    "cannot make the SSH agent socket in `{}`",
+                    host_dir.display()
+                )
+            })?;
+            spec.volumes.push(VolumeMount {
+                target: PathBuf::from(crate::sshagent::DIR_IN_SANDBOX),
+                source: VolumeSource::ReadOnlyDir(host_dir),
+            });
+            Some(listener)
+        }
+        None => None,
+    };
     let taken: Vec<PathBuf> = spec.volumes.iter().map(|v| v.target.clone()).collect();
     let skills = crate::skills::mounts(plan, args.skills, &data.join("skills"), &data, &taken);
     spec.volumes.extend(skills.mounts);
@@ -624,7 +694,13 @@ fn run_provisioned(
         resolv_conf: None,
         trusted_ca: ca_pem,
     };
-    let envs = Environments::new(name, plan)?;
+    let mut envs = Environments::new(name, plan)?;
+    if ssh_backing.is_some() {
+        envs.ssh_agent(ssh.granted(Phase::Install), ssh.granted(Phase::Runtime));
+        for note in ssh.notes() {
+            eprintln!("capgate: {note}");
+        }
+    }
     spec.env = envs.baseline.clone();
     spec.limits.pids = args.pids;
     spec.limits.memory = match (args.memory, memory_from_kits(plan)) {
@@ -688,6 +764,19 @@ fn run_provisioned(
         .enable_all()
         .build()?;
     serve_listeners(&runtime, &gw, fds)?;
+    if let (Some(listener), Some(backing)) = (ssh_listener, ssh_backing) {
+        let _guard = runtime.enter();
+        runtime.spawn(crate::sshagent::serve(
+            listener,
+            crate::sshagent::Relay {
+                grants: ssh,
+                backing,
+                phase: Arc::clone(&phase),
+                audit: audit.clone(),
+                sandbox: name.to_owned(),
+            },
+        ));
+    }
     if let Some(dialer) = sandbox.take_dialer() {
         let published = crate::ports::publish(&runtime, dialer, &ports)
             .context("cannot publish the sandbox's ports on the host's loopback")?;
@@ -731,7 +820,7 @@ fn run_provisioned(
     if let Some(l) = hooks.as_ref().filter(|_| code == exit::OK) {
         for (i, hook) in l.install.iter().enumerate() {
             let mut cmd = RunCommand::agent(hook.command.clone());
-            cmd.env = envs.hook(&hook.env);
+            cmd.env = envs.install_hook(&hook.env);
             cmd.user = if hook
                 .user
                 .as_deref()
@@ -863,31 +952,17 @@ fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// Capability types the resolver accepts (they grant nothing unsafe when left out) but
-/// that `capgate run` does not provide yet: the workload runs without them, and is told.
-const NOT_PROVIDED: [(KnownType, &str); 1] = [(
-    KnownType::SshAgent,
-    "no SSH agent is forwarded (SSH_AUTH_SOCK is not set)",
-)];
-
-/// One line per composed entry of a type (or field) `capgate run` does not provide.
+/// One line per composed entry field `capgate run` does not provide (a GPU).
 fn unimplemented(plan: &Plan) -> Vec<String> {
-    plan.composed
-        .entries
-        .iter()
-        .filter_map(|e| {
-            if let Some(Capability::Resources(r)) = &e.capability {
-                let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
-                return Some(format!(
-                    "resources@1 gpu `{}` is accepted but not provided by capgate run yet: no GPU device is visible inside",
-                    printable(gpu)
-                ));
-            }
-            let known = e.known?;
-            let (_, what) = NOT_PROVIDED.iter().find(|(t, _)| *t == known)?;
+    crate::sandbox::capabilities(plan)
+        .filter_map(|c| {
+            let Capability::Resources(r) = c else {
+                return None;
+            };
+            let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
             Some(format!(
-                "{} is accepted but not provided by capgate run yet: {what}",
-                known.name()
+                "resources@1 gpu `{}` is accepted but not provided by capgate run yet: no GPU device is visible inside",
+                printable(gpu)
             ))
         })
         .collect()

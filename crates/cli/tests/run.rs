@@ -844,22 +844,6 @@ fn a_normal_user_runs_confined_without_its_groups() {
 
 /// A capability the resolver accepts but `capgate run` does not provide yet is named on
 /// stderr, not silently dropped; the workload still runs.
-#[test]
-fn accepted_but_unprovided_capabilities_are_named() {
-    let env = setup();
-    let (code, stdout, stderr) = env.run_kit(
-        "k",
-        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/ssh-agent@1\n    config: {phase: runtime}\n",
-        &["sh", "-c", "echo ${SSH_AUTH_SOCK:-none}"],
-    );
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert_eq!(stdout, "none\n");
-    assert!(
-        stderr.contains("ssh-agent@1 is accepted but not provided"),
-        "{stderr}"
-    );
-}
-
 /// port@1: each published port gets a listener on the host's loopback, on a port the
 /// kernel picks, named on stderr; TCP connections and UDP datagrams reach the server
 /// inside and its answers come back. A port the kit does not publish is not reachable.
@@ -2110,4 +2094,204 @@ fn the_skills_store_is_shown_read_only_unless_both_sides_allow_writes() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(!stdout.contains("# review"), "{stdout}");
     assert!(stderr.contains("sharing is off"), "{stderr}");
+}
+
+/// A host SSH agent holding one new ed25519 key, for the ssh-agent@1 tests; killed on drop.
+struct HostAgent {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl HostAgent {
+    fn start() -> HostAgent {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("agent.sock");
+        let child = Command::new("ssh-agent")
+            .args(["-D", "-a"])
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ssh-agent (openssh-client) is needed");
+        for _ in 0..200 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let key = dir.path().join("key");
+        let gen_key = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "capgate-test", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(gen_key.success());
+        let agent = HostAgent { dir, child };
+        let added = agent.ssh_add(&[key.to_str().unwrap()]);
+        assert!(added.status.success(), "{added:?}");
+        agent
+    }
+
+    fn sock(&self) -> String {
+        self.dir.path().join("agent.sock").display().to_string()
+    }
+
+    fn ssh_add(&self, args: &[&str]) -> Output {
+        Command::new("ssh-add")
+            .args(args)
+            .env("SSH_AUTH_SOCK", self.sock())
+            .output()
+            .unwrap()
+    }
+
+    fn public_key(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("key.pub")).unwrap()
+    }
+}
+
+impl Drop for HostAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `capgate run` with `ssh-agent@1 {config}` (and `extra` YAML capabilities), the host
+/// agent given by `sock` (none when `None`), the key's public half in the workspace.
+fn run_with_agent(
+    env: &Env,
+    config: &str,
+    extra: &str,
+    sock: Option<&str>,
+    script: &str,
+) -> (Option<i32>, String, String) {
+    let kit = env.path("sshkit");
+    std::fs::create_dir_all(&kit).unwrap();
+    // Each call is a new kit: no lock of an earlier one gates it.
+    let _ = std::fs::remove_file(kit.join("capgate.lock"));
+    std::fs::write(
+        kit.join("kit.yaml"),
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/ssh-agent@1\n    config: {config}\n{extra}"
+        ),
+    )
+    .unwrap();
+    let kit_s = kit.display().to_string();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--kit", &kit_s, "--", "sh", "-c", script])
+        .current_dir(env.path("ws"))
+        .env("CAPGATE_HOME", env.path("home"))
+        .env_remove("SSH_AUTH_SOCK");
+    if let Some(sock) = sock {
+        cmd.env("SSH_AUTH_SOCK", sock);
+    }
+    let o = cmd.output().unwrap();
+    let (stdout, stderr) = out(&o);
+    (o.status.code(), stdout, stderr)
+}
+
+/// Signs `file` in the workspace with the agent's key under `namespace`, inside.
+fn sign_inside(namespace: &str) -> String {
+    format!(
+        "cp /home/agent/workspace/notes.txt /tmp/m && ssh-keygen -Y sign -q -n {namespace} -f /home/agent/workspace/key.pub /tmp/m >/dev/null 2>&1 && echo signed-{namespace} || echo refused-{namespace}; "
+    )
+}
+
+/// ssh-agent@1 unrestricted: the workload lists the host agent's key and signs with it
+/// through capgate's socket (the twin), while every other request — removing the keys,
+/// locking the agent — is refused without reaching it (the attacks), and recorded.
+#[test]
+fn the_ssh_agent_lists_and_signs_and_does_nothing_else() {
+    let env = setup();
+    let agent = HostAgent::start();
+    std::fs::write(env.path("ws/key.pub"), agent.public_key()).unwrap();
+    let script = format!(
+        "echo \"sock=$SSH_AUTH_SOCK\"; ssh-add -L | cut -d' ' -f3; {} \
+         ssh-add -D >/dev/null 2>&1 && echo removed || echo remove-refused; \
+         printf '#!/bin/sh\necho pw\n' > /tmp/pw; chmod +x /tmp/pw; \
+         SSH_ASKPASS=/tmp/pw SSH_ASKPASS_REQUIRE=force DISPLAY=none ssh-add -x >/dev/null 2>&1 && echo locked || echo lock-refused",
+        sign_inside("file")
+    );
+    let (code, stdout, stderr) =
+        run_with_agent(&env, "{phase: runtime}", "", Some(&agent.sock()), &script);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        stdout,
+        "sock=/tmp/capgate-ssh-agent/agent.sock\ncapgate-test\nsigned-file\nremove-refused\nlock-refused\n",
+        "{stderr}"
+    );
+    // The host agent still holds its key, unlocked.
+    let listed = agent.ssh_add(&["-L"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("capgate-test"));
+    // The refusals are the run's, named.
+    assert!(
+        stderr.contains("ssh-agent REMOVE_ALL_IDENTITIES (not relayed): no_matching_allow"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(&agent.sock()),
+        "the host's socket path is never shown"
+    );
+}
+
+/// Under bounds, only SSHSIG signatures of the granted namespaces are made; a phase
+/// without a grant gets no SSH_AUTH_SOCK, and capgate's socket answers nothing in it.
+#[test]
+fn ssh_agent_bounds_and_phases_hold() {
+    let env = setup();
+    let agent = HostAgent::start();
+    std::fs::write(env.path("ws/key.pub"), agent.public_key()).unwrap();
+    let script = format!("{}{}", sign_inside("git"), sign_inside("file"));
+    let (code, stdout, stderr) = run_with_agent(
+        &env,
+        "{phase: runtime, unrestricted: false, sign: [git], authenticate: [github.com]}",
+        "",
+        Some(&agent.sock()),
+        &script,
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "signed-git\nrefused-file\n", "{stderr}");
+    assert!(
+        stderr.contains("logging in to github.com is refused"),
+        "{stderr}"
+    );
+
+    // Install only: the install hook that declares SSH_AUTH_SOCK lists the key; the
+    // workload has no SSH_AUTH_SOCK, and the socket itself refuses it.
+    let hooks = "  - type: com.docker.sandbox/lifecycle@1\n    config:\n      install:\n        - command: [sh, -c, 'ssh-add -L | cut -d\" \" -f3 > /tmp/install-saw']\n          env: [SSH_AUTH_SOCK]\n";
+    let (code, stdout, stderr) = run_with_agent(
+        &env,
+        "{phase: install}",
+        hooks,
+        Some(&agent.sock()),
+        "cat /tmp/install-saw; echo \"sock=${SSH_AUTH_SOCK:-none}\"; SSH_AUTH_SOCK=/tmp/capgate-ssh-agent/agent.sock ssh-add -L >/dev/null 2>&1 && echo listed || echo list-refused",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        stdout, "capgate-test\nsock=none\nlist-refused\n",
+        "{stderr}"
+    );
+}
+
+/// A required agent that the host does not run refuses the run; an optional one is
+/// skipped, and nothing inside points at an agent.
+#[test]
+fn a_missing_host_agent_refuses_a_required_grant_and_skips_an_optional_one() {
+    let env = setup();
+    let (code, stdout, stderr) = run_with_agent(&env, "{phase: runtime}", "", None, "echo started");
+    assert_eq!(code, Some(125), "{stdout}{stderr}");
+    assert!(stderr.contains("require ssh-agent@1"), "{stderr}");
+    let dead = env.path("no-agent.sock").display().to_string();
+    let (code, stdout, stderr) = run_with_agent(
+        &env,
+        "{phase: runtime}\n    optional: true",
+        "",
+        Some(&dead),
+        "echo \"sock=${SSH_AUTH_SOCK:-none}\"; ls /tmp",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "sock=none\n", "{stderr}");
+    assert!(
+        stderr.contains("optional ssh-agent@1 is skipped"),
+        "{stderr}"
+    );
 }
