@@ -14,6 +14,7 @@ mod run;
 mod sandbox;
 mod skills;
 mod sshagent;
+mod sshbind;
 mod state;
 mod validate;
 

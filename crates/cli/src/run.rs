@@ -697,9 +697,6 @@ fn run_provisioned(
     let mut envs = Environments::new(name, plan)?;
     if ssh_backing.is_some() {
         envs.ssh_agent(ssh.granted(Phase::Install), ssh.granted(Phase::Runtime));
-        for note in ssh.notes() {
-            eprintln!("capgate: {note}");
-        }
     }
     spec.env = envs.baseline.clone();
     spec.limits.pids = args.pids;
@@ -774,6 +771,9 @@ fn run_provisioned(
                 phase: Arc::clone(&phase),
                 audit: audit.clone(),
                 sandbox: name.to_owned(),
+                known_hosts: crate::sshbind::KnownHosts::load(
+                    std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+                ),
             },
         ));
     }

@@ -8,9 +8,10 @@
 //! in a granted namespace (`ssh-keygen -Y sign -n NAMESPACE`, git's signing). Everything
 //! else (adding, removing or exporting keys, locking, extensions) is answered with
 //! `SSH_AGENT_FAILURE` and never forwarded; every refusal goes to the audit log as host
-//! `ssh-agent`. Login signatures under `authenticate` bounds would need the server's host
-//! key verified through a `session-bind@openssh.com` binding; capgate does not verify that
-//! yet, so under bounds it refuses every login signature (fails closed) and says so.
+//! `ssh-agent`. A `session-bind@openssh.com` extension is relayed once its host-key
+//! signature verifies, and remembered for the connection; under `authenticate` bounds a
+//! login signature is made only for a session so bound to a granted server
+//! ([`crate::sshbind`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -24,6 +25,8 @@ use capgate_resolve::plan::Plan;
 use capgate_spec::caps::Capability;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
+
+use crate::sshbind::{Binding, KnownHosts, Server, string};
 
 /// Where the workload finds the agent (`SSH_AUTH_SOCK`).
 pub const SOCKET_IN_SANDBOX: &str = "/tmp/capgate-ssh-agent/agent.sock";
@@ -41,6 +44,7 @@ const MAX_MESSAGE: usize = 256 * 1024;
 const FAILURE: u8 = 5;
 const REQUEST_IDENTITIES: u8 = 11;
 const SIGN_REQUEST: u8 = 13;
+const EXTENSION: u8 = 27;
 
 /// What one phase's grant allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,20 +88,6 @@ impl Grants {
 
     pub fn granted(&self, phase: Phase) -> bool {
         self.phases.contains_key(&phase)
-    }
-
-    /// What the user is told about bounds capgate holds more tightly than the kit asks.
-    pub fn notes(&self) -> Vec<String> {
-        self.phases
-            .iter()
-            .filter(|(_, g)| !g.unrestricted && !g.authenticate.is_empty())
-            .map(|(phase, g)| {
-                format!(
-                    "ssh-agent@1 ({phase}): logging in to {} is refused: capgate does not verify the server's host key binding yet, so it signs no login under bounds (SSHSIG signatures for the `sign` namespaces work)",
-                    g.authenticate.join(", ")
-                )
-            })
-            .collect()
     }
 }
 
@@ -144,6 +134,8 @@ pub struct Relay {
     pub phase: Arc<PhaseSwitch>,
     pub audit: Option<Arc<AuditWriter>>,
     pub sandbox: String,
+    /// The host user's known host keys, read before the sandbox started.
+    pub known_hosts: KnownHosts,
 }
 
 /// Serves the sandbox's agent socket until the runtime shuts down.
@@ -165,9 +157,11 @@ pub async fn serve(listener: std::os::unix::net::UnixListener, relay: Relay) {
 }
 
 /// What is decided about one request.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Verdict {
     Forward,
+    /// A verified host binding: remembered for the connection, and relayed.
+    Bind(Binding),
     /// Refused: the message's name and what about it was refused.
     Refuse(&'static str, String),
 }
@@ -176,14 +170,18 @@ impl Relay {
     async fn connection(&self, mut client: UnixStream) -> io::Result<()> {
         // The host agent, connected at the first request relayed.
         let mut agent: Option<UnixStream> = None;
+        let mut bindings: Vec<Binding> = Vec::new();
         while let Some(message) = read_message(&mut client).await? {
             let phase = self.phase.get();
             let verdict = match self.grants.phases.get(&phase) {
-                Some(grant) => judge(grant, &message),
+                Some(grant) => judge(grant, &message, &bindings, &self.known_hosts),
                 None => Verdict::Refuse(name(&message), format!("no grant in the {phase} phase")),
             };
+            if let Verdict::Bind(b) = &verdict {
+                bindings.push(b.clone());
+            }
             match verdict {
-                Verdict::Forward => {
+                Verdict::Forward | Verdict::Bind(_) => {
                     let agent = match &mut agent {
                         Some(a) => a,
                         empty => empty.insert(UnixStream::connect(&self.backing).await?),
@@ -241,38 +239,106 @@ fn name(message: &[u8]) -> &'static str {
     }
 }
 
-/// Judges one request (its type byte and contents) under a phase's grant.
-fn judge(grant: &Grant, message: &[u8]) -> Verdict {
+/// Judges one request (its type byte and contents) under a phase's grant, given the host
+/// bindings verified on its connection so far.
+fn judge(grant: &Grant, message: &[u8], bindings: &[Binding], known: &KnownHosts) -> Verdict {
+    let printable =
+        |b: &[u8]| capgate_spec::text::printable(&String::from_utf8_lossy(b)).into_owned();
     match message.first() {
         Some(&REQUEST_IDENTITIES) if message.len() == 1 => Verdict::Forward,
+        Some(&EXTENSION) => match message.get(1..).and_then(string) {
+            Some((b"session-bind@openssh.com", body)) => match crate::sshbind::session_bind(body) {
+                Some(binding) => Verdict::Bind(binding),
+                None => Verdict::Refuse(
+                    "EXTENSION",
+                    "a session-bind@openssh.com whose host-key signature does not verify".into(),
+                ),
+            },
+            Some((other, _)) => {
+                Verdict::Refuse("EXTENSION", format!("`{}` not relayed", printable(other)))
+            }
+            None => Verdict::Refuse("EXTENSION", "malformed".into()),
+        },
         Some(&SIGN_REQUEST) if grant.unrestricted => match sign_request_data(message) {
             Some(_) => Verdict::Forward,
             None => Verdict::Refuse("SIGN_REQUEST", "malformed".into()),
         },
-        Some(&SIGN_REQUEST) => match sign_request_data(message).map(sshsig_namespace) {
-            Some(Some(ns)) if grant.sign.iter().any(|s| s.as_bytes() == ns) => Verdict::Forward,
-            Some(Some(ns)) => Verdict::Refuse(
-                "SIGN_REQUEST",
-                format!(
-                    "namespace `{}` is not granted",
-                    capgate_spec::text::printable(&String::from_utf8_lossy(ns))
+        Some(&SIGN_REQUEST) => {
+            let Some(data) = sign_request_data(message) else {
+                return Verdict::Refuse("SIGN_REQUEST", "malformed".into());
+            };
+            if let Some(ns) = sshsig_namespace(data) {
+                return if grant.sign.iter().any(|s| s.as_bytes() == ns) {
+                    Verdict::Forward
+                } else {
+                    Verdict::Refuse(
+                        "SIGN_REQUEST",
+                        format!("namespace `{}` is not granted", printable(ns)),
+                    )
+                };
+            }
+            match crate::sshbind::login(data) {
+                Some(l) => judge_login(grant, &l, bindings, known),
+                None => Verdict::Refuse(
+                    "SIGN_REQUEST",
+                    "neither an SSHSIG signature nor a login".into(),
                 ),
-            ),
-            Some(None) => Verdict::Refuse(
-                "SIGN_REQUEST",
-                "a login or other non-SSHSIG signature under bounds".into(),
-            ),
-            None => Verdict::Refuse("SIGN_REQUEST", "malformed".into()),
-        },
+            }
+        }
         _ => Verdict::Refuse(name(message), "not relayed".into()),
     }
 }
 
-/// Reads an SSH `string` (u32 big-endian length, then bytes) at the start of `b`.
-fn string(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_be_bytes(b.get(..4)?.try_into().ok()?) as usize;
-    let rest = b.get(4..)?;
-    Some((rest.get(..len)?, rest.get(len..)?))
+/// A login signature under bounds: for a session bound (not forwarded) on this connection
+/// to a host key that `known_hosts` gives for a granted server, as a granted user.
+fn judge_login(
+    grant: &Grant,
+    login: &crate::sshbind::Login<'_>,
+    bindings: &[Binding],
+    known: &KnownHosts,
+) -> Verdict {
+    let refuse = |why: String| Verdict::Refuse("SIGN_REQUEST", format!("login: {why}"));
+    let Some(binding) = bindings
+        .iter()
+        .rev()
+        .find(|b| !b.forwarded && b.session_id == login.session_id)
+    else {
+        return refuse(
+            "no verified session-bind@openssh.com for this session on this connection".into(),
+        );
+    };
+    if login
+        .hostkey
+        .is_some_and(|k| k != binding.hostkey.as_slice())
+    {
+        return refuse("the signed host key is not the bound one".into());
+    }
+    let servers: Vec<Server> = grant
+        .authenticate
+        .iter()
+        .map(|a| Server::parse(a))
+        .collect();
+    let known_server: Vec<&Server> = servers
+        .iter()
+        .filter(|s| known.holds(&s.host, &binding.hostkey))
+        .collect();
+    if known_server.is_empty() {
+        return refuse(format!(
+            "the server's host key is not a known_hosts key of {}",
+            grant.authenticate.join(", ")
+        ));
+    }
+    if known_server
+        .iter()
+        .any(|s| s.user.as_deref().is_none_or(|u| u.as_bytes() == login.user))
+    {
+        Verdict::Forward
+    } else {
+        refuse(format!(
+            "user `{}` is not granted on that server",
+            capgate_spec::text::printable(&String::from_utf8_lossy(login.user))
+        ))
+    }
 }
 
 /// The data to be signed of a well-formed SIGN_REQUEST: key blob, data, flags, nothing more.
@@ -326,6 +392,7 @@ async fn write_message(s: &mut UnixStream, body: &[u8]) -> io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
     use super::*;
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
 
     fn s(b: &[u8]) -> Vec<u8> {
         let mut v = (b.len() as u32).to_be_bytes().to_vec();
@@ -334,11 +401,13 @@ mod tests {
     }
 
     fn sign_request(data: &[u8]) -> Vec<u8> {
-        let mut m = vec![SIGN_REQUEST];
-        m.extend(s(b"key-blob"));
-        m.extend(s(data));
-        m.extend(0u32.to_be_bytes());
-        m
+        [
+            vec![SIGN_REQUEST],
+            s(b"key-blob"),
+            s(data),
+            0u32.to_be_bytes().to_vec(),
+        ]
+        .concat()
     }
 
     fn sshsig(namespace: &[u8]) -> Vec<u8> {
@@ -349,82 +418,216 @@ mod tests {
         d
     }
 
-    /// A login's signed data: session id, then SSH_MSG_USERAUTH_REQUEST's fields.
-    fn login() -> Vec<u8> {
-        let mut d = s(&[1u8; 32]);
-        d.push(50);
-        for part in [&b"git"[..], b"ssh-connection", b"publickey"] {
-            d.extend(s(part));
-        }
-        d.push(1);
-        d.extend(s(b"ssh-ed25519"));
-        d.extend(s(b"key-blob"));
-        d
+    /// A login's signed data for `session` as `user` (hostbound to `hostkey` if given).
+    fn login(session: &[u8], user: &[u8], hostkey: Option<&[u8]>) -> Vec<u8> {
+        let method: &[u8] = if hostkey.is_some() {
+            b"publickey-hostbound-v00@openssh.com"
+        } else {
+            b"publickey"
+        };
+        [
+            s(session),
+            vec![50],
+            s(user),
+            s(b"ssh-connection"),
+            s(method),
+            vec![1],
+            s(b"ssh-ed25519"),
+            s(b"key-blob"),
+            hostkey.map(s).unwrap_or_default(),
+        ]
+        .concat()
     }
 
-    fn bounded(sign: &[&str]) -> Grant {
+    /// A server host key, and the session-bind extension message it signs for `session`.
+    fn server() -> (Vec<u8>, Ed25519KeyPair) {
+        let pair = Ed25519KeyPair::generate().unwrap();
+        (
+            [s(b"ssh-ed25519"), s(pair.public_key().as_ref())].concat(),
+            pair,
+        )
+    }
+
+    fn bind(hostkey: &[u8], pair: &Ed25519KeyPair, session: &[u8], forwarded: bool) -> Vec<u8> {
+        let sig = [s(b"ssh-ed25519"), s(pair.sign(session).as_ref())].concat();
+        [
+            vec![EXTENSION],
+            s(b"session-bind@openssh.com"),
+            s(hostkey),
+            s(session),
+            s(&sig),
+            vec![u8::from(forwarded)],
+        ]
+        .concat()
+    }
+
+    fn bounded(sign: &[&str], authenticate: &[&str]) -> Grant {
         Grant {
             unrestricted: false,
             sign: sign.iter().map(|s| (*s).to_owned()).collect(),
-            authenticate: vec!["github.com".into()],
+            authenticate: authenticate.iter().map(|s| (*s).to_owned()).collect(),
         }
     }
 
-    #[test]
-    fn bounds_sign_only_granted_sshsig_namespaces_and_no_login() {
-        let g = bounded(&["git"]);
-        assert_eq!(judge(&g, &sign_request(&sshsig(b"git"))), Verdict::Forward);
-        assert_eq!(judge(&g, &[REQUEST_IDENTITIES]), Verdict::Forward);
-        // The attacks: another namespace, a prefix of the granted one, a login, a blob
-        // that is SSHSIG with trailing bytes, a malformed request.
-        for (m, why) in [
-            (sign_request(&sshsig(b"file")), "namespace `file`"),
-            (sign_request(&sshsig(b"gi")), "namespace `gi`"),
-            (sign_request(&login()), "non-SSHSIG"),
-            (
-                sign_request(&[sshsig(b"git"), vec![0]].concat()),
-                "non-SSHSIG",
-            ),
-            (sign_request(&sshsig(b"")), "non-SSHSIG"),
-            (sign_request(&sshsig(b"git"))[..20].to_vec(), "malformed"),
-        ] {
-            match judge(&g, &m) {
-                Verdict::Refuse("SIGN_REQUEST", detail) => {
-                    assert!(detail.contains(why), "{detail}")
+    /// Runs `messages` through `judge` as one connection does: the refusals' details, or
+    /// `ok` for each relayed one.
+    fn connection(grant: &Grant, known: &KnownHosts, messages: &[Vec<u8>]) -> Vec<String> {
+        let mut bindings = Vec::new();
+        messages
+            .iter()
+            .map(|m| match judge(grant, m, &bindings, known) {
+                Verdict::Forward => "ok".to_owned(),
+                Verdict::Bind(b) => {
+                    bindings.push(b);
+                    "bound".to_owned()
                 }
-                other => panic!("{why}: {other:?}"),
-            }
-        }
+                Verdict::Refuse(what, why) => format!("{what}: {why}"),
+            })
+            .collect()
     }
 
     #[test]
-    fn only_listing_and_signing_are_ever_relayed() {
+    fn bounds_sign_only_granted_sshsig_namespaces() {
+        let g = bounded(&["git"], &[]);
+        let known = KnownHosts::default();
+        let got = connection(
+            &g,
+            &known,
+            &[
+                vec![REQUEST_IDENTITIES],
+                sign_request(&sshsig(b"git")),
+                // The attacks: another namespace, a prefix of the granted one, a blob with
+                // trailing bytes, an empty namespace, a truncated request.
+                sign_request(&sshsig(b"file")),
+                sign_request(&sshsig(b"gi")),
+                sign_request(&[sshsig(b"git"), vec![0]].concat()),
+                sign_request(&sshsig(b"")),
+                sign_request(&sshsig(b"git"))[..20].to_vec(),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "ok",
+                "ok",
+                "SIGN_REQUEST: namespace `file` is not granted",
+                "SIGN_REQUEST: namespace `gi` is not granted",
+                "SIGN_REQUEST: neither an SSHSIG signature nor a login",
+                "SIGN_REQUEST: neither an SSHSIG signature nor a login",
+                "SIGN_REQUEST: malformed",
+            ]
+        );
+    }
+
+    /// Under `authenticate` bounds, a login is signed only for a session bound on the same
+    /// connection, by a verified signature, to a host key known_hosts gives for a granted
+    /// server, as the granted user; the hostbound key must be the bound one.
+    #[test]
+    fn logins_need_a_verified_binding_to_a_known_granted_server() {
+        let (key, pair) = server();
+        let (other_key, other_pair) = server();
+        let b64 = |k: &[u8]| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(k)
+        };
+        let known = KnownHosts::parse(&format!(
+            "github.test ssh-ed25519 {}\nother.test ssh-ed25519 {}\n",
+            b64(&key),
+            b64(&other_key)
+        ));
+        let g = bounded(&[], &["git@github.test"]);
+        let (sid, sid2) = ([1u8; 32], [2u8; 32]);
+        let got = connection(
+            &g,
+            &known,
+            &[
+                // No binding yet: refused.
+                sign_request(&login(&sid, b"git", None)),
+                bind(&key, &pair, &sid, false),
+                sign_request(&login(&sid, b"git", None)),
+                sign_request(&login(&sid, b"git", Some(&key))),
+                // Another user, another session, the hostbound key swapped.
+                sign_request(&login(&sid, b"root", None)),
+                sign_request(&login(&sid2, b"git", None)),
+                sign_request(&login(&sid, b"git", Some(&other_key))),
+                // A binding whose signature is by another key than it names.
+                bind(&key, &other_pair, &sid2, false),
+                // A server that is known but not granted; a forwarded binding.
+                bind(&other_key, &other_pair, &sid2, false),
+                sign_request(&login(&sid2, b"git", None)),
+                bind(&key, &pair, &[3u8; 32], true),
+                sign_request(&login(&[3u8; 32], b"git", None)),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
+                "bound",
+                "ok",
+                "ok",
+                "SIGN_REQUEST: login: user `root` is not granted on that server",
+                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
+                "SIGN_REQUEST: login: the signed host key is not the bound one",
+                "EXTENSION: a session-bind@openssh.com whose host-key signature does not verify",
+                "bound",
+                "SIGN_REQUEST: login: the server's host key is not a known_hosts key of git@github.test",
+                "bound",
+                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
+            ]
+        );
+        // Without a user, any user logs in to the granted host.
+        let any = bounded(&[], &["github.test"]);
+        let got = connection(
+            &any,
+            &known,
+            &[
+                bind(&key, &pair, &sid, false),
+                sign_request(&login(&sid, b"root", None)),
+            ],
+        );
+        assert_eq!(got, ["bound", "ok"]);
+    }
+
+    #[test]
+    fn only_listing_signing_and_verified_bindings_are_ever_relayed() {
         let open = Grant {
             unrestricted: true,
             sign: vec![],
             authenticate: vec![],
         };
-        assert_eq!(judge(&open, &sign_request(&login())), Verdict::Forward);
-        assert_eq!(
-            judge(&open, &sign_request(&sshsig(b"any"))),
-            Verdict::Forward
+        let known = KnownHosts::default();
+        let (key, pair) = server();
+        let got = connection(
+            &open,
+            &known,
+            &[
+                sign_request(&login(&[1u8; 32], b"git", None)),
+                sign_request(&sshsig(b"any")),
+                bind(&key, &pair, &[1u8; 32], false),
+                vec![17u8, 0, 0, 0, 0],
+                vec![18u8],
+                vec![19u8],
+                vec![22u8],
+                [vec![EXTENSION], s(b"restrict-destination-v00@openssh.com")].concat(),
+                vec![REQUEST_IDENTITIES, 0],
+                vec![200u8],
+            ],
         );
-        for (m, what) in [
-            (vec![17u8, 0, 0, 0, 0], "ADD_IDENTITY"),
-            (vec![18u8], "REMOVE_IDENTITY"),
-            (vec![19u8], "REMOVE_ALL_IDENTITIES"),
-            (vec![22u8], "LOCK"),
-            (
-                [vec![27u8], s(b"session-bind@openssh.com")].concat(),
-                "EXTENSION",
-            ),
-            (vec![REQUEST_IDENTITIES, 0], "REQUEST_IDENTITIES"),
-            (vec![200u8], "UNKNOWN"),
-        ] {
-            match judge(&open, &m) {
-                Verdict::Refuse(name, _) => assert_eq!(name, what),
-                Verdict::Forward => panic!("{what} was relayed"),
-            }
-        }
+        assert_eq!(
+            got,
+            [
+                "ok",
+                "ok",
+                "bound",
+                "ADD_IDENTITY: not relayed",
+                "REMOVE_IDENTITY: not relayed",
+                "REMOVE_ALL_IDENTITIES: not relayed",
+                "LOCK: not relayed",
+                "EXTENSION: `restrict-destination-v00@openssh.com` not relayed",
+                "REQUEST_IDENTITIES: not relayed",
+                "UNKNOWN: not relayed",
+            ]
+        );
     }
 }

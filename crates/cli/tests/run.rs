@@ -2251,7 +2251,7 @@ fn ssh_agent_bounds_and_phases_hold() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert_eq!(stdout, "signed-git\nrefused-file\n", "{stderr}");
     assert!(
-        stderr.contains("logging in to github.com is refused"),
+        stderr.contains("ssh-agent SIGN_REQUEST (namespace `file` is not granted)"),
         "{stderr}"
     );
 
@@ -2293,5 +2293,182 @@ fn a_missing_host_agent_refuses_a_required_grant_and_skips_an_optional_one() {
     assert!(
         stderr.contains("optional ssh-agent@1 is skipped"),
         "{stderr}"
+    );
+}
+
+/// A real `sshd` on loopback, with a new Ed25519 host key, letting root log in with
+/// `authorized` (a public key line); killed on drop.
+struct Sshd {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Sshd {
+    fn start(authorized: &str) -> Sshd {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f", &p("host_key")])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::write(p("authorized_keys"), authorized).unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(
+            p("sshd_config"),
+            format!(
+                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\nAuthorizedKeysFile {}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nPidFile none\n",
+                p("host_key"),
+                p("authorized_keys")
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f", &p("sshd_config")])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd (openssh-server) is needed");
+        for _ in 0..300 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Sshd { dir, child, port }
+    }
+
+    /// The host key as a known_hosts line for `name`.
+    fn known_hosts_line(&self, name: &str) -> String {
+        let key = std::fs::read_to_string(self.dir.path().join("host_key.pub")).unwrap();
+        let mut parts = key.split_whitespace();
+        format!(
+            "{name} {} {}\n",
+            parts.next().unwrap(),
+            parts.next().unwrap()
+        )
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `authenticate` bounds with a real OpenSSH client and server: the client binds its
+/// session to the server's host key through capgate's relay (session-bind@openssh.com),
+/// and the login is signed only when that key is the host user's known_hosts key of a
+/// granted server and the user is the granted one.
+#[test]
+fn ssh_logins_under_authenticate_bounds_need_a_known_granted_server() {
+    if Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout != b"0\n")
+        .unwrap_or(true)
+        || !std::path::Path::new("/usr/sbin/sshd").exists()
+    {
+        eprintln!("skipped: needs root and sshd (.ci/run installs openssh-server)");
+        return;
+    }
+    let env = setup();
+    let agent = HostAgent::start();
+    let sshd = Sshd::start(&agent.public_key());
+    // The host user's known_hosts, as capgate reads it (HOME), names the server
+    // `sshd.test`; the client checks the same file through HostKeyAlias.
+    let home = env.path("host-home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    let known = home.join(".ssh/known_hosts");
+    std::fs::write(&known, sshd.known_hosts_line("sshd.test")).unwrap();
+
+    let login_with = |authenticate: &str| -> (bool, String) {
+        let kit = env.path("sshlogin");
+        std::fs::create_dir_all(&kit).unwrap();
+        let _ = std::fs::remove_file(kit.join("capgate.lock"));
+        std::fs::write(
+            kit.join("kit.yaml"),
+            format!(
+                "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/ssh-agent@1\n    config: {{phase: runtime, unrestricted: false, authenticate: [{authenticate}]}}\n"
+            ),
+        )
+        .unwrap();
+        // The workload waits on its stdin while the client logs in through the relay.
+        let mut run = Command::new(BIN)
+            .args(["run", "--name", "sshbox", "--kit"])
+            .arg(&kit)
+            .args(["--", "sh", "-c", "read line"])
+            .current_dir(env.path("ws"))
+            .env("CAPGATE_HOME", env.path("home"))
+            .env("HOME", &home)
+            .env("SSH_AUTH_SOCK", agent.sock())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let relay = env.path("home/sandboxes/sshbox/ssh-agent/agent.sock");
+        for _ in 0..500 {
+            if relay.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let ssh = Command::new("ssh")
+            .args([
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+            ])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", known.display()))
+            .args(["-o", "HostKeyAlias=sshd.test", "-o", "IdentitiesOnly=no"])
+            .arg("-o")
+            .arg(format!("IdentityAgent={}", relay.display()))
+            .args([
+                "-p",
+                &sshd.port.to_string(),
+                "root@127.0.0.1",
+                "echo",
+                "logged-in",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        drop(run.stdin.take());
+        let o = run.wait_with_output().unwrap();
+        let logged_in = String::from_utf8_lossy(&ssh.stdout) == "logged-in\n";
+        (
+            logged_in,
+            format!(
+                "ssh: {}\ncapgate: {}",
+                String::from_utf8_lossy(&ssh.stderr),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+
+    let (ok, said) = login_with("root@sshd.test");
+    assert!(ok, "the granted server and user: {said}");
+    let (ok, said) = login_with("sshd.test");
+    assert!(ok, "the granted server, any user: {said}");
+    // The attacks: another user; a server whose known_hosts key is not this one.
+    let (ok, said) = login_with("git@sshd.test");
+    assert!(!ok, "{said}");
+    assert!(said.contains("user `root` is not granted"), "{said}");
+    let (ok, said) = login_with("other.test");
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("not a known_hosts key of other.test"),
+        "{said}"
     );
 }
