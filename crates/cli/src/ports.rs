@@ -24,10 +24,14 @@ use tokio::sync::mpsc;
 
 /// How long a connection inside may take to be accepted.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A UDP peer silent (both ways) this long is forgotten, with its socket inside.
+/// A UDP peer that sent nothing this long is forgotten, with its socket inside.
 const UDP_IDLE: Duration = Duration::from_secs(60);
 /// At most this many UDP peers at once per port; datagrams of further peers are dropped.
-const UDP_PEERS: usize = 256;
+const UDP_PEERS: usize = 128;
+/// Datagrams queued per UDP peer; more are dropped (bounds memory at peers × queue × size).
+const UDP_QUEUE: usize = 8;
+/// At most this many TCP connections at once per published port; more wait to be accepted.
+const TCP_CONNECTIONS: usize = 256;
 /// Largest datagram relayed.
 const UDP_MAX: usize = 65_535;
 
@@ -67,18 +71,31 @@ pub fn requested(plan: &Plan) -> Vec<Port> {
 }
 
 /// Binds a host listener for each port and relays what reaches it into the sandbox, on
-/// `runtime`, until the runtime shuts down.
+/// `runtime`, until the runtime shuts down. A port of the sandbox's own gateway listeners
+/// (`reserved`: its proxy, SOCKS and DNS) is never published: the host's users would
+/// reach the sandbox's grants and credentials through it. Returns what was published and
+/// a note for each port that was not.
 pub fn publish(
     runtime: &tokio::runtime::Runtime,
     dialer: Dialer,
     ports: &[Port],
-) -> io::Result<Vec<Published>> {
+    reserved: &[(u16, Transport)],
+) -> io::Result<(Vec<Published>, Vec<String>)> {
     let _guard = runtime.enter();
     let dialer = Arc::new(dialer);
     let mut published = Vec::with_capacity(ports.len());
+    let mut notes = Vec::new();
     for port in ports {
+        let transport = port.transport.unwrap_or(Transport::Tcp);
+        if reserved.contains(&(port.container, transport)) {
+            notes.push(format!(
+                "port {} is not published: inside, it is the sandbox's gateway, which the host's users must not reach",
+                port.key()
+            ));
+            continue;
+        }
         let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let host = match port.transport.unwrap_or(Transport::Tcp) {
+        let host = match transport {
             Transport::Tcp => {
                 let listener = std::net::TcpListener::bind(loopback)?;
                 listener.set_nonblocking(true)?;
@@ -110,7 +127,7 @@ pub fn publish(
             host,
         });
     }
-    Ok(published)
+    Ok((published, notes))
 }
 
 /// A socket of the sandbox's network namespace (made by its init; the call blocks briefly).
@@ -149,7 +166,12 @@ async fn connect_inside(dialer: &Arc<Dialer>, port: u16) -> io::Result<TcpStream
 async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: String) {
     // Said once per port: why connections to it are closed at once.
     let said = Arc::new(AtomicBool::new(false));
+    let slots = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
     loop {
+        // A connection is accepted only with a slot free (the rest wait in the backlog).
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let Ok((mut client, _)) = listener.accept().await else {
             // Out of descriptors, say: let it pass rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -159,6 +181,7 @@ async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: S
         let said = Arc::clone(&said);
         let key = key.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             match connect_inside(&dialer, port).await {
                 Ok(mut inside) => {
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
@@ -220,14 +243,21 @@ async fn udp_peer(
     sock.set_nonblocking(true).ok()?;
     sock.connect((Ipv4Addr::LOCALHOST, port)).ok()?;
     let inside = UdpSocket::from_std(sock).ok()?;
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(UDP_QUEUE);
     let host = Arc::clone(host);
     tokio::spawn(async move {
         let mut buf = vec![0u8; UDP_MAX];
+        // Only the peer's own datagrams keep the mapping: a workload cannot hold it open
+        // (and keep sending to a host port the peer has let go) by answering alone.
+        let idle = tokio::time::sleep(UDP_IDLE);
+        tokio::pin!(idle);
         loop {
             tokio::select! {
                 got = rx.recv() => match got {
-                    Some(d) => { let _ = inside.send(&d).await; }
+                    Some(d) => {
+                        idle.as_mut().reset(tokio::time::Instant::now() + UDP_IDLE);
+                        let _ = inside.send(&d).await;
+                    }
                     None => return,
                 },
                 got = inside.recv(&mut buf) => {
@@ -237,7 +267,7 @@ async fn udp_peer(
                         let _ = host.send_to(&buf[..n], peer).await;
                     }
                 }
-                () = tokio::time::sleep(UDP_IDLE) => return,
+                () = &mut idle => return,
             }
         }
     });

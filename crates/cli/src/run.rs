@@ -657,16 +657,39 @@ fn run_provisioned(
                     host_dir.display()
                 )
             })?;
+            let meta = std::fs::metadata(&host_dir)
+                .with_context(|| format!("cannot read `{}`", host_dir.display()))?;
             spec.volumes.push(VolumeMount {
                 target: PathBuf::from(crate::sshagent::DIR_IN_SANDBOX),
-                source: VolumeSource::ReadOnlyDir(host_dir),
+                source: VolumeSource::HostDir {
+                    path: host_dir,
+                    identity: (
+                        std::os::unix::fs::MetadataExt::dev(&meta),
+                        std::os::unix::fs::MetadataExt::ino(&meta),
+                    ),
+                    writable: false,
+                },
             });
             Some(listener)
         }
         None => None,
     };
     let taken: Vec<PathBuf> = spec.volumes.iter().map(|v| v.target.clone()).collect();
-    let skills = crate::skills::mounts(plan, args.skills, &data.join("skills"), &data, &taken);
+    let guarded = crate::skills::Guarded {
+        paths: std::iter::once(spec.workspace.host_dir.clone())
+            .chain(std::iter::once(base.to_path_buf()))
+            .chain(plan.layered_units().map(|u| base.join(&u.reference)))
+            .chain(args.lock.clone())
+            .collect(),
+    };
+    let skills = crate::skills::mounts(
+        plan,
+        args.skills,
+        &data.join("skills"),
+        &data,
+        &taken,
+        &guarded,
+    );
     spec.volumes.extend(skills.mounts);
     for note in skills.notes {
         eprintln!("capgate: {note}");
@@ -778,8 +801,22 @@ fn run_provisioned(
         ));
     }
     if let Some(dialer) = sandbox.take_dialer() {
-        let published = crate::ports::publish(&runtime, dialer, &ports)
+        let reserved: Vec<(u16, capgate_spec::caps::storage::Transport)> = spec
+            .listeners
+            .iter()
+            .map(|l| {
+                let transport = match l.kind {
+                    ListenerKind::Tcp => capgate_spec::caps::storage::Transport::Tcp,
+                    ListenerKind::Udp => capgate_spec::caps::storage::Transport::Udp,
+                };
+                (l.addr.port(), transport)
+            })
+            .collect();
+        let (published, notes) = crate::ports::publish(&runtime, dialer, &ports, &reserved)
             .context("cannot publish the sandbox's ports on the host's loopback")?;
+        for note in notes {
+            eprintln!("capgate: WARNING: {note}");
+        }
         for p in published {
             eprintln!("capgate: {}", p.describe());
         }

@@ -853,7 +853,7 @@ fn published_ports_reach_servers_inside_from_the_hosts_loopback() {
     std::fs::create_dir_all(env.path("k")).unwrap();
     std::fs::write(
         env.path("k/kit.yaml"),
-        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {name: web, container: 8000}\n  - type: com.docker.sandbox/port@1\n    config: {container: 9000, transport: udp}\n",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {name: web, container: 8000}\n  - type: com.docker.sandbox/port@1\n    config: {container: 9000, transport: udp}\n  - type: com.docker.sandbox/port@1\n    config: {container: 3128}\n",
     )
     .unwrap();
     // Serves one TCP exchange on 8000 and one UDP exchange on 9000 (both answers carry
@@ -896,6 +896,12 @@ print('served', flush=True)
     }
     let keys: Vec<_> = published.keys().cloned().collect();
     assert_eq!(keys, ["8000/tcp (web)", "9000/udp"], "{said}");
+    // The attack: publishing the sandbox's own gateway (its proxy, with the credentials
+    // it injects) to the host's users.
+    assert!(
+        said.contains("port 3128/tcp is not published: inside, it is the sandbox's gateway"),
+        "{said}"
+    );
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line, "listening\n");

@@ -84,11 +84,20 @@ pub(crate) enum Effect {
     /// Remount (a bind with `MS_BIND`, or a whole filesystem) with `flags`; flags the
     /// kernel locked on the source mount are kept.
     Remount { target: PathBuf, flags: MsFlags },
-    /// `inner` (a `MakeDir`, `Mount` or `Remount`) applied to its path below `root`, each
+    /// `inner` (a `MakeDir`, `Mount`, `Remount` or `BindVetted`) applied to its path below `root`, each
     /// component opened without following a symbolic link (`O_NOFOLLOW`, one at a time
     /// from a descriptor of `root`), and the effect applied through that descriptor: for
     /// paths in persistent places a workload could change, even while this runs.
     Beneath { root: PathBuf, inner: Box<Effect> },
+    /// A bind mount of a host directory the caller vetted: the source, opened as a path,
+    /// must be the directory with this device and inode number, and the mount is made from
+    /// that descriptor, so nothing that changes the path after the caller looked (a link
+    /// swapped in) can redirect it. Applied beneath a root only (the target like `Mount`'s).
+    BindVetted {
+        source: PathBuf,
+        identity: (u64, u64),
+        target: PathBuf,
+    },
     /// `mkdir` with a mode and an owner (inside ids).
     MakeDir {
         path: PathBuf,

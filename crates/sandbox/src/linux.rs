@@ -101,8 +101,37 @@ impl Linux {
                     io::Error::new(e.kind(), format!("{e} (at `{}`)", target.display()))
                 })
             }
+            Effect::BindVetted {
+                source,
+                identity,
+                target,
+            } => {
+                let src = rustix::fs::open(
+                    source,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| with_path(e.into(), "open", source))?;
+                let st =
+                    rustix::fs::fstat(&src).map_err(|e| with_path(e.into(), "stat", source))?;
+                if (st.st_dev, st.st_ino) != *identity {
+                    return Err(other(format!(
+                        "`{}` is no longer the directory capgate checked: it changed while the sandbox started",
+                        source.display()
+                    )));
+                }
+                let fd = open_beneath(root, target, OFlags::PATH | OFlags::DIRECTORY)?;
+                self.apply(&Effect::Mount {
+                    source: Some(PathBuf::from(format!("/proc/self/fd/{}", src.as_raw_fd()))),
+                    target: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+                    fstype: None,
+                    flags: MsFlags::MS_BIND,
+                    data: None,
+                })
+                .map_err(|e| io::Error::new(e.kind(), format!("{e} (at `{}`)", target.display())))
+            }
             other_effect => Err(other(format!(
-                "only a directory, a mount or a remount is applied beneath a root, not {other_effect:?}"
+                "only a directory, a mount, a remount or a vetted bind is applied beneath a root, not {other_effect:?}"
             ))),
         }
     }
@@ -741,6 +770,12 @@ impl Kernel for Linux {
                 return Err(other(format!(
                     "`{}` is made beneath a root only, never by path",
                     path.display()
+                )));
+            }
+            Effect::BindVetted { target, .. } => {
+                return Err(other(format!(
+                    "`{}` is bound beneath a root only, never by path",
+                    target.display()
                 )));
             }
             Effect::BindView {

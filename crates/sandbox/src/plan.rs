@@ -655,12 +655,22 @@ pub(crate) fn init_effects(
                 push(beneath(bind(src.clone(), target.clone())));
                 push(beneath(remount_bind(target, NOSUID_NODEV)));
             }
-            VolumeSource::ReadOnlyDir(src) => {
-                push(beneath(bind(src.clone(), target.clone())));
-                push(beneath(remount_bind(
-                    target,
-                    MsFlags::MS_RDONLY | NOSUID_NODEV,
-                )));
+            VolumeSource::HostDir {
+                path,
+                identity,
+                writable,
+            } => {
+                push(beneath(Effect::BindVetted {
+                    source: path.clone(),
+                    identity: *identity,
+                    target: target.clone(),
+                }));
+                let flags = if *writable {
+                    NOSUID_NODEV
+                } else {
+                    MsFlags::MS_RDONLY | NOSUID_NODEV
+                };
+                push(beneath(remount_bind(target, flags)));
             }
             VolumeSource::Tmpfs { size } => push(beneath(mount_fs(
                 "tmpfs",
@@ -1407,7 +1417,11 @@ mod tests {
         // A read-only volume is no write grant.
         s.volumes.push(VolumeMount {
             target: PathBuf::from("/home/agent/.skills"),
-            source: VolumeSource::ReadOnlyDir("/store".into()),
+            source: VolumeSource::HostDir {
+                path: "/store".into(),
+                identity: (1, 2),
+                writable: false,
+            },
         });
         let rules = landlock_rules(&s);
         let roots: Vec<&str> = rules

@@ -99,7 +99,13 @@ pub struct VolumeMount {
 impl VolumeMount {
     /// Whether the sandbox may write beneath it.
     pub fn is_writable(&self) -> bool {
-        !matches!(self.source, VolumeSource::ReadOnlyDir(_))
+        !matches!(
+            self.source,
+            VolumeSource::HostDir {
+                writable: false,
+                ..
+            }
+        )
     }
 }
 
@@ -108,9 +114,19 @@ impl VolumeMount {
 pub enum VolumeSource {
     /// A persistent host directory (created, mode 0700, if missing), bound read-write.
     Dir(PathBuf),
-    /// An existing host directory, bound read-only (never created): nothing inside can
-    /// write beneath it, whatever the Landlock grants.
-    ReadOnlyDir(PathBuf),
+    /// An existing host directory the caller vetted (never created): bound only if it is
+    /// still the directory with this device and inode number (`identity`, as `stat` gives
+    /// them), from a descriptor, so a link swapped into its path meanwhile redirects
+    /// nothing. Read-only unless `writable`: then nothing inside can write beneath it,
+    /// whatever the Landlock grants.
+    HostDir {
+        /// The directory on the host.
+        path: PathBuf,
+        /// Its device and inode number when the caller vetted it.
+        identity: (u64, u64),
+        /// Bound read-write rather than read-only.
+        writable: bool,
+    },
     /// A fresh tmpfs of at most `size` bytes, owned by the agent.
     Tmpfs {
         /// Size limit in bytes.
@@ -295,7 +311,8 @@ impl SandboxSpec {
         }
         for volume in &self.volumes {
             volume_target(&volume.target)?;
-            if let VolumeSource::Dir(dir) | VolumeSource::ReadOnlyDir(dir) = &volume.source {
+            if let VolumeSource::Dir(dir) | VolumeSource::HostDir { path: dir, .. } = &volume.source
+            {
                 host_path("volume source", dir)?;
             }
         }
@@ -330,6 +347,17 @@ impl SandboxSpec {
         }
         for path in self.write_only.iter().flatten() {
             clean_absolute("write_only", path)?;
+            if self
+                .volumes
+                .iter()
+                .any(|v| !v.is_writable() && path.starts_with(&v.target))
+            {
+                return Err(invalid(
+                    "write_only",
+                    path,
+                    "is beneath a read-only volume, where nothing can be written",
+                ));
+            }
             if self.writable_base(path).is_none() {
                 return Err(invalid(
                     "write_only",
@@ -528,6 +556,25 @@ mod tests {
                 mode: WorkspaceMode::Copy,
             },
         )
+    }
+
+    /// A write place beneath a read-only volume could never be written: refused, while one
+    /// beneath a writable volume (the twin) is fine.
+    #[test]
+    fn write_places_beneath_a_read_only_volume_are_refused() {
+        for (writable, ok) in [(false, false), (true, true)] {
+            let mut s = spec();
+            s.volumes.push(VolumeMount {
+                target: PathBuf::from("/home/agent/skills"),
+                source: VolumeSource::HostDir {
+                    path: PathBuf::from("/store"),
+                    identity: (1, 2),
+                    writable,
+                },
+            });
+            s.write_only = Some(vec![PathBuf::from("/home/agent/skills/out")]);
+            assert_eq!(s.validate().is_ok(), ok, "writable: {writable}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use capgate_sandbox::{User, VolumeMount, VolumeSource, WorkspaceMode};
+use capgate_sandbox::{Sandbox, User, VolumeMount, VolumeSource, WorkspaceMode};
 use common::*;
 
 #[test]
@@ -231,10 +231,15 @@ fn read_only_volumes_show_the_host_directory_and_refuse_changes() {
     let store = s.dir.path().join("store");
     std::fs::create_dir_all(store.join("skill")).unwrap();
     std::fs::write(store.join("skill/SKILL.md"), "# a skill\n").unwrap();
+    let meta = std::fs::metadata(&store).unwrap();
     for target in ["/home/agent/.claude/skills", "/home/agent/.agents/skills"] {
         s.spec.volumes.push(VolumeMount {
             target: PathBuf::from(target),
-            source: VolumeSource::ReadOnlyDir(store.clone()),
+            source: VolumeSource::HostDir {
+                path: store.clone(),
+                identity: (meta.dev(), meta.ino()),
+                writable: false,
+            },
         });
     }
     s.spec.volumes.push(VolumeMount {
@@ -262,6 +267,44 @@ fn read_only_volumes_show_the_host_directory_and_refuse_changes() {
         "# a skill\n"
     );
     assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1);
+}
+
+/// A vetted host directory is bound only while its path still leads to the directory the
+/// caller checked: a link swapped in afterwards (here, to a directory of secrets) stops
+/// the start instead of redirecting the mount.
+#[test]
+fn a_vetted_host_directory_swapped_for_a_link_is_never_bound() {
+    let mut s = setup("fs-vetted", WorkspaceMode::Copy);
+    let store = s.dir.path().join("store");
+    let secrets = s.dir.path().join("secrets");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("ca.key"), "KEY").unwrap();
+    let meta = std::fs::metadata(&store).unwrap();
+    s.spec.volumes.push(VolumeMount {
+        target: PathBuf::from("/home/agent/skills"),
+        source: VolumeSource::HostDir {
+            path: store.clone(),
+            identity: (meta.dev(), meta.ino()),
+            writable: false,
+        },
+    });
+    // The twin: unchanged, it is bound.
+    let mut b = start(&s.spec);
+    assert_eq!(sh(&mut b.sandbox, "ls -A /home/agent/skills").stdout, "");
+    b.sandbox.stop().unwrap();
+    // The attack: the path now leads elsewhere.
+    std::fs::rename(&store, s.dir.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&secrets, &store).unwrap();
+    s.spec.name = format!("{}-2", s.spec.name);
+    let err = match Sandbox::start(&s.spec, &helper()) {
+        Ok(_) => panic!("a swapped directory was bound"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("no longer the directory capgate checked"),
+        "{err}"
+    );
 }
 
 #[test]
