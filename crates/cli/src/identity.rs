@@ -104,8 +104,12 @@ pub fn pin(path: &Path, id: &GitIdentity) -> Result<()> {
 /// `user.name` and `user.email` of the host user's global git config.
 fn from_host() -> Result<GitIdentity, String> {
     let get = |key: &str| -> Result<String, String> {
+        // From `/`: the global config only, never a repository's around the current
+        // directory (a broken one would fail the read; includeIf would depend on it).
         let out = Command::new("git")
             .args(["config", "--global", "--get", key])
+            .current_dir("/")
+            .env("GIT_CEILING_DIRECTORIES", "/")
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
@@ -129,9 +133,10 @@ fn from_host() -> Result<GitIdentity, String> {
 /// section appended to `~/.gitconfig` (the last value wins). `$1`/`$2` are the values,
 /// `$3`/`$4` the same quoted for a config file.
 pub const SCRIPT: &str = r#"set -e
+cd /
 if command -v git >/dev/null 2>&1; then
-  git config --global --replace-all user.name "$1"
-  git config --global --replace-all user.email "$2"
+  git config --file "$HOME/.gitconfig" --replace-all user.name "$1"
+  git config --file "$HOME/.gitconfig" --replace-all user.email "$2"
 else
   printf '[user]\n\tname = %s\n\temail = %s\n' "$3" "$4" >> "$HOME/.gitconfig"
 fi"#;

@@ -851,8 +851,15 @@ fn run_provisioned(
     if let Some(id) = &identity
         && let Err(e) = write_git_identity(&mut sandbox, id)
     {
-        eprintln!("capgate: the git identity could not be set inside: {e:#}");
-        code = 1;
+        // An optional identity that cannot be set is skipped, like one that cannot be had.
+        if crate::identity::wanted(plan) == Some(true) {
+            eprintln!(
+                "capgate: the optional git-identity@1 is skipped: it could not be set inside: {e:#}"
+            );
+        } else {
+            eprintln!("capgate: the git identity could not be set inside: {e:#}");
+            code = 1;
+        }
     }
     if let Some(l) = hooks.as_ref().filter(|_| code == exit::OK) {
         for (i, hook) in l.install.iter().enumerate() {

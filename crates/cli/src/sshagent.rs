@@ -37,12 +37,21 @@ pub const DIR_IN_SANDBOX: &str = "/tmp/capgate-ssh-agent";
 /// what was refused about it as the path).
 pub const AUDIT_HOST: &str = "ssh-agent";
 
-/// Largest agent message relayed either way (OpenSSH's own limit is 256 KiB).
+/// Largest reply of the host agent relayed (OpenSSH's own limit is 256 KiB).
 const MAX_MESSAGE: usize = 256 * 1024;
+/// Largest request from inside: a signing request (with a certificate, an RSA-8192 key or
+/// a session binding) stays well below this.
+const MAX_REQUEST: usize = 32 * 1024;
+/// At most this many connections to the relay at once (each may hold one to the host
+/// agent); more wait to be accepted. They harm only the sandbox's own use of the agent.
+const MAX_CONNECTIONS: usize = 32;
+/// A message whose length has arrived must arrive whole within this.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 // Agent protocol message numbers (draft-miller-ssh-agent).
 const FAILURE: u8 = 5;
 const REQUEST_IDENTITIES: u8 = 11;
+const IDENTITIES_ANSWER: u8 = 12;
 const SIGN_REQUEST: u8 = 13;
 const EXTENSION: u8 = 27;
 
@@ -144,13 +153,18 @@ pub async fn serve(listener: std::os::unix::net::UnixListener, relay: Relay) {
         return;
     };
     let relay = Arc::new(relay);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let Ok((client, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let relay = Arc::clone(&relay);
         tokio::spawn(async move {
+            let _slot = slot;
             let _ = relay.connection(client).await;
         });
     }
@@ -171,7 +185,7 @@ impl Relay {
         // The host agent, connected at the first request relayed.
         let mut agent: Option<UnixStream> = None;
         let mut bindings: Vec<Binding> = Vec::new();
-        while let Some(message) = read_message(&mut client).await? {
+        while let Some(message) = read_message(&mut client, MAX_REQUEST).await? {
             let phase = self.phase.get();
             let verdict = match self.grants.phases.get(&phase) {
                 Some(grant) => judge(grant, &message, &bindings, &self.known_hosts),
@@ -187,8 +201,19 @@ impl Relay {
                         empty => empty.insert(UnixStream::connect(&self.backing).await?),
                     };
                     write_message(agent, &message).await?;
-                    let Some(reply) = read_message(agent).await? else {
+                    let Some(reply) = read_message(agent, MAX_MESSAGE).await? else {
                         return Ok(());
+                    };
+                    let reply = match message.first() {
+                        // Key comments name host files and users: the keys alone go in.
+                        Some(&REQUEST_IDENTITIES) => {
+                            without_comments(&reply).unwrap_or_else(|| vec![FAILURE])
+                        }
+                        Some(&SIGN_REQUEST) => {
+                            self.record_signature(phase, &message);
+                            reply
+                        }
+                        _ => reply,
                     };
                     write_message(&mut client, &reply).await?;
                 }
@@ -201,20 +226,44 @@ impl Relay {
         Ok(())
     }
 
+    /// The signature log: each signature made, with what it signs.
+    fn record_signature(&self, phase: Phase, message: &[u8]) {
+        let data = sign_request_data(message).unwrap_or_default();
+        let what = if let Some(ns) = sshsig_namespace(data) {
+            format!(
+                "SSHSIG namespace `{}`",
+                capgate_spec::text::printable(&String::from_utf8_lossy(ns))
+            )
+        } else if let Some(l) = crate::sshbind::login(data) {
+            format!(
+                "login as `{}`",
+                capgate_spec::text::printable(&String::from_utf8_lossy(l.user))
+            )
+        } else {
+            "other data".to_owned()
+        };
+        self.audit_event(phase, Decision::Allow, "SIGN_REQUEST", &what);
+    }
+
+    /// A refused request, in the audit log.
     fn record(&self, phase: Phase, what: &str, why: &str) {
-        if let Some(audit) = &self.audit {
-            let mut event = AuditEvent::new(
-                self.sandbox.clone(),
-                AUDIT_HOST,
-                0,
-                Decision::Deny,
-                Reason::NoMatchingAllow,
-            );
-            event.phase = Some(phase);
-            event.method = Some(what.to_owned());
-            event.path = Some(why.to_owned());
-            audit.record(event);
-        }
+        self.audit_event(phase, Decision::Deny, what, why);
+    }
+
+    /// An event about the agent: host [`AUDIT_HOST`], port 0, the message as the method.
+    fn audit_event(&self, phase: Phase, decision: Decision, what: &str, detail: &str) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let reason = match decision {
+            Decision::Allow => Reason::AllowedByRule,
+            Decision::Deny => Reason::NoMatchingAllow,
+        };
+        let mut event = AuditEvent::new(self.sandbox.clone(), AUDIT_HOST, 0, decision, reason);
+        event.phase = Some(phase);
+        event.method = Some(what.to_owned());
+        event.path = Some(detail.to_owned());
+        audit.record(event);
     }
 }
 
@@ -360,8 +409,29 @@ fn sshsig_namespace(data: &[u8]) -> Option<&[u8]> {
     (rest.is_empty() && !namespace.is_empty()).then_some(namespace)
 }
 
-/// One framed message (without its length), `None` at a clean end of stream.
-async fn read_message(s: &mut UnixStream) -> io::Result<Option<Vec<u8>>> {
+/// An IDENTITIES_ANSWER with every comment emptied; `None` if it does not parse.
+fn without_comments(reply: &[u8]) -> Option<Vec<u8>> {
+    let (&IDENTITIES_ANSWER, rest) = reply.split_first()? else {
+        return None;
+    };
+    let count = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    let mut rest = rest.get(4..)?;
+    let mut out = vec![IDENTITIES_ANSWER];
+    out.extend_from_slice(&count.to_be_bytes());
+    for _ in 0..count {
+        let (key, after) = string(rest)?;
+        let (_comment, after) = string(after)?;
+        out.extend_from_slice(&u32::try_from(key.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(&0u32.to_be_bytes());
+        rest = after;
+    }
+    rest.is_empty().then_some(out)
+}
+
+/// One framed message (without its length) of at most `max` bytes, `None` at a clean end
+/// of stream.
+async fn read_message(s: &mut UnixStream, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(_) => {}
@@ -369,14 +439,17 @@ async fn read_message(s: &mut UnixStream) -> io::Result<Option<Vec<u8>>> {
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len == 0 || len > MAX_MESSAGE {
+    if len == 0 || len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("an agent message of {len} bytes"),
         ));
     }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await?;
+    match tokio::time::timeout(BODY_TIMEOUT, s.read_exact(&mut body)).await {
+        Ok(read) => read?,
+        Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+    };
     Ok(Some(body))
 }
 
@@ -587,6 +660,33 @@ mod tests {
             ],
         );
         assert_eq!(got, ["bound", "ok"]);
+    }
+
+    #[test]
+    fn identity_answers_lose_their_comments_and_nothing_else() {
+        let answer = [
+            vec![IDENTITIES_ANSWER],
+            2u32.to_be_bytes().to_vec(),
+            s(b"key-one"),
+            s(b"/home/ada/.ssh/id_ed25519"),
+            s(b"key-two"),
+            s(b"ada@laptop"),
+        ]
+        .concat();
+        let expected = [
+            vec![IDENTITIES_ANSWER],
+            2u32.to_be_bytes().to_vec(),
+            s(b"key-one"),
+            s(b""),
+            s(b"key-two"),
+            s(b""),
+        ]
+        .concat();
+        assert_eq!(without_comments(&answer).unwrap(), expected);
+        // Malformed (a key missing, trailing bytes, another message): not relayed.
+        assert!(without_comments(&answer[..answer.len() - 3]).is_none());
+        assert!(without_comments(&[answer.clone(), vec![0]].concat()).is_none());
+        assert!(without_comments(&[FAILURE]).is_none());
     }
 
     #[test]

@@ -1955,6 +1955,23 @@ fn git_identity_takes_the_hosts_name_and_email_and_nothing_else() {
         "user.name=Ada Lovelace\nuser.email=ada@example.com\nauthor=Ada Lovelace <ada@example.com>\n",
         "{stderr}"
     );
+    // A broken repository around the host's current directory, or in the workspace inside,
+    // is none of the global config's business (git is run from `/` both times).
+    git(&env.path("ws"), &["init", "-q"]);
+    let config = env.path("ws/.git/config");
+    let mut broken = std::fs::read_to_string(&config).unwrap();
+    broken.push_str("garbage [[[\n");
+    std::fs::write(&config, broken).unwrap();
+    let (code, stdout, stderr) = run_with_identity(
+        &env,
+        false,
+        Some(host),
+        &[],
+        "cd /tmp && git config --global user.email",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "ada@example.com\n", "{stderr}");
+    std::fs::remove_dir_all(env.path("ws/.git")).unwrap();
     // A repository's own identity wins over the global one.
     let (code, stdout, stderr) = run_with_identity(
         &env,
@@ -2211,7 +2228,7 @@ fn the_ssh_agent_lists_and_signs_and_does_nothing_else() {
     let agent = HostAgent::start();
     std::fs::write(env.path("ws/key.pub"), agent.public_key()).unwrap();
     let script = format!(
-        "echo \"sock=$SSH_AUTH_SOCK\"; ssh-add -L | cut -d' ' -f3; {} \
+        "echo \"sock=$SSH_AUTH_SOCK\"; ssh-add -L | cut -d' ' -f2,3; {} \
          ssh-add -D >/dev/null 2>&1 && echo removed || echo remove-refused; \
          printf '#!/bin/sh\necho pw\n' > /tmp/pw; chmod +x /tmp/pw; \
          SSH_ASKPASS=/tmp/pw SSH_ASKPASS_REQUIRE=force DISPLAY=none ssh-add -x >/dev/null 2>&1 && echo locked || echo lock-refused",
@@ -2222,8 +2239,11 @@ fn the_ssh_agent_lists_and_signs_and_does_nothing_else() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert_eq!(
         stdout,
-        "sock=/tmp/capgate-ssh-agent/agent.sock\ncapgate-test\nsigned-file\nremove-refused\nlock-refused\n",
-        "{stderr}"
+        format!(
+            "sock=/tmp/capgate-ssh-agent/agent.sock\n{} \nsigned-file\nremove-refused\nlock-refused\n",
+            agent.public_key().split_whitespace().nth(1).unwrap()
+        ),
+        "the key, without its comment: {stderr}"
     );
     // The host agent still holds its key, unlocked.
     let listed = agent.ssh_add(&["-L"]);
@@ -2236,6 +2256,14 @@ fn the_ssh_agent_lists_and_signs_and_does_nothing_else() {
     assert!(
         !stderr.contains(&agent.sock()),
         "the host's socket path is never shown"
+    );
+    // The signature log.
+    let log = env.capgate(&["log"], None);
+    assert!(
+        String::from_utf8_lossy(&log.stdout)
+            .contains("ssh-agent SIGN_REQUEST (SSHSIG namespace `file`)"),
+        "{:?}",
+        out(&log)
     );
 }
 
@@ -2263,7 +2291,7 @@ fn ssh_agent_bounds_and_phases_hold() {
 
     // Install only: the install hook that declares SSH_AUTH_SOCK lists the key; the
     // workload has no SSH_AUTH_SOCK, and the socket itself refuses it.
-    let hooks = "  - type: com.docker.sandbox/lifecycle@1\n    config:\n      install:\n        - command: [sh, -c, 'ssh-add -L | cut -d\" \" -f3 > /tmp/install-saw']\n          env: [SSH_AUTH_SOCK]\n";
+    let hooks = "  - type: com.docker.sandbox/lifecycle@1\n    config:\n      install:\n        - command: [sh, -c, 'ssh-add -L | wc -l > /tmp/install-saw']\n          env: [SSH_AUTH_SOCK]\n";
     let (code, stdout, stderr) = run_with_agent(
         &env,
         "{phase: install}",
@@ -2272,10 +2300,7 @@ fn ssh_agent_bounds_and_phases_hold() {
         "cat /tmp/install-saw; echo \"sock=${SSH_AUTH_SOCK:-none}\"; SSH_AUTH_SOCK=/tmp/capgate-ssh-agent/agent.sock ssh-add -L >/dev/null 2>&1 && echo listed || echo list-refused",
     );
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert_eq!(
-        stdout, "capgate-test\nsock=none\nlist-refused\n",
-        "{stderr}"
-    );
+    assert_eq!(stdout, "1\nsock=none\nlist-refused\n", "{stderr}");
 }
 
 /// A required agent that the host does not run refuses the run; an optional one is
