@@ -92,9 +92,11 @@ enum Command {
     /// them against the lock, provision the rules, start the gateway and the kernel
     /// sandbox, run install hooks under install grants, then the command under runtime
     /// grants, and report what was refused. Each port a kit publishes (port@1) is
-    /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts.
-    /// Without `--kit`, a built-in shell with no network grants; the workspace is the
-    /// current directory, copied. Exits with the
+    /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts; an
+    /// ssh-agent@1 grant relays the host's agent (`SSH_AUTH_SOCK`), for listing keys and
+    /// signing within its phases and bounds only; git-identity@1 gets the host's global
+    /// git name and email (or --git-identity). Without `--kit`, a built-in shell with no
+    /// network grants; the workspace is the current directory, copied. Exits with the
     /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
     /// sandbox cannot start, 126/127 when the command cannot).
     Run(run::RunArgs),
