@@ -47,11 +47,14 @@ const MAX_REQUEST: usize = 32 * 1024;
 const MAX_CONNECTIONS: usize = 32;
 /// A message whose length has arrived must arrive whole within this.
 const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Session bindings one connection may hold (OpenSSH's agent allows 16).
+const MAX_BINDINGS: usize = 16;
 
 // Agent protocol message numbers (draft-miller-ssh-agent).
 const FAILURE: u8 = 5;
 const REQUEST_IDENTITIES: u8 = 11;
 const IDENTITIES_ANSWER: u8 = 12;
+const SIGN_RESPONSE: u8 = 14;
 const SIGN_REQUEST: u8 = 13;
 const EXTENSION: u8 = 27;
 
@@ -210,7 +213,9 @@ impl Relay {
                             without_comments(&reply).unwrap_or_else(|| vec![FAILURE])
                         }
                         Some(&SIGN_REQUEST) => {
-                            self.record_signature(phase, &message);
+                            if reply.first() == Some(&SIGN_RESPONSE) {
+                                self.record_signature(phase, &message);
+                            }
                             reply
                         }
                         _ => reply,
@@ -297,10 +302,20 @@ fn judge(grant: &Grant, message: &[u8], bindings: &[Binding], known: &KnownHosts
         Some(&REQUEST_IDENTITIES) if message.len() == 1 => Verdict::Forward,
         Some(&EXTENSION) => match message.get(1..).and_then(string) {
             Some((b"session-bind@openssh.com", body)) => match crate::sshbind::session_bind(body) {
+                // As OpenSSH's agent: a connection bound for a login takes no further
+                // binding, and holds at most MAX_BINDINGS.
+                Some(_) if bindings.iter().any(|b| !b.forwarded) => Verdict::Refuse(
+                    "EXTENSION",
+                    "a session-bind@openssh.com on a connection already bound for a login".into(),
+                ),
+                Some(_) if bindings.len() >= MAX_BINDINGS => Verdict::Refuse(
+                    "EXTENSION",
+                    format!("more than {MAX_BINDINGS} session-bind@openssh.com on one connection"),
+                ),
                 Some(binding) => Verdict::Bind(binding),
                 None => Verdict::Refuse(
                     "EXTENSION",
-                    "a session-bind@openssh.com whose host-key signature does not verify".into(),
+                    "a session-bind@openssh.com that is malformed or whose host-key signature does not verify".into(),
                 ),
             },
             Some((other, _)) => {
@@ -347,11 +362,13 @@ fn judge_login(
     known: &KnownHosts,
 ) -> Verdict {
     let refuse = |why: String| Verdict::Refuse("SIGN_REQUEST", format!("login: {why}"));
-    let Some(binding) = bindings
-        .iter()
-        .rev()
-        .find(|b| !b.forwarded && b.session_id == login.session_id)
-    else {
+    // A connection that came through a forwarded agent (any forwarded binding) makes no
+    // login under bounds: the host it was forwarded to would be logging in, not the
+    // sandbox. Otherwise the login is for the session bound last.
+    if bindings.iter().any(|b| b.forwarded) {
+        return refuse("the agent connection was forwarded through another host".into());
+    }
+    let Some(binding) = bindings.last().filter(|b| b.session_id == login.session_id) else {
         return refuse(
             "no verified session-bind@openssh.com for this session on this connection".into(),
         );
@@ -592,9 +609,10 @@ mod tests {
         );
     }
 
-    /// Under `authenticate` bounds, a login is signed only for a session bound on the same
-    /// connection, by a verified signature, to a host key known_hosts gives for a granted
-    /// server, as the granted user; the hostbound key must be the bound one.
+    /// Under `authenticate` bounds, a login is signed only for the session bound last on
+    /// the same connection, by a verified signature, to a host key known_hosts gives for a
+    /// granted server, as the granted user; the hostbound key must be the bound one; a
+    /// connection forwarded through another host signs no login.
     #[test]
     fn logins_need_a_verified_binding_to_a_known_granted_server() {
         let (key, pair) = server();
@@ -609,7 +627,8 @@ mod tests {
             b64(&other_key)
         ));
         let g = bounded(&[], &["git@github.test"]);
-        let (sid, sid2) = ([1u8; 32], [2u8; 32]);
+        let (sid, sid2, sid3) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+        let no_binding = "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection";
         let got = connection(
             &g,
             &known,
@@ -623,31 +642,72 @@ mod tests {
                 sign_request(&login(&sid, b"root", None)),
                 sign_request(&login(&sid2, b"git", None)),
                 sign_request(&login(&sid, b"git", Some(&other_key))),
-                // A binding whose signature is by another key than it names.
-                bind(&key, &other_pair, &sid2, false),
-                // A server that is known but not granted; a forwarded binding.
-                bind(&other_key, &other_pair, &sid2, false),
-                sign_request(&login(&sid2, b"git", None)),
-                bind(&key, &pair, &[3u8; 32], true),
-                sign_request(&login(&[3u8; 32], b"git", None)),
+                // Bound for a login: no further binding.
+                bind(&key, &pair, &sid2, false),
             ],
         );
         assert_eq!(
             got,
             [
-                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
+                no_binding,
                 "bound",
                 "ok",
                 "ok",
                 "SIGN_REQUEST: login: user `root` is not granted on that server",
-                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
+                no_binding,
                 "SIGN_REQUEST: login: the signed host key is not the bound one",
-                "EXTENSION: a session-bind@openssh.com whose host-key signature does not verify",
+                "EXTENSION: a session-bind@openssh.com on a connection already bound for a login",
+            ]
+        );
+        // A binding whose signature is by another key than it names; a session id longer
+        // than any exchange hash.
+        let unverified = "EXTENSION: a session-bind@openssh.com that is malformed or whose host-key signature does not verify";
+        let forged = bind(&key, &other_pair, &sid, false);
+        let got = connection(&g, &known, &[forged, bind(&key, &pair, &[7u8; 65], false)]);
+        assert_eq!(got, [unverified, unverified]);
+        // A known server that is not granted.
+        let got = connection(
+            &g,
+            &known,
+            &[
+                bind(&other_key, &other_pair, &sid2, false),
+                sign_request(&login(&sid2, b"git", None)),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
                 "bound",
                 "SIGN_REQUEST: login: the server's host key is not a known_hosts key of git@github.test",
-                "bound",
-                "SIGN_REQUEST: login: no verified session-bind@openssh.com for this session on this connection",
             ]
+        );
+        // Forwarded through another host, then bound to the granted one: no login.
+        let got = connection(
+            &g,
+            &known,
+            &[
+                bind(&other_key, &other_pair, &sid3, true),
+                bind(&key, &pair, &sid, false),
+                sign_request(&login(&sid, b"git", None)),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "bound",
+                "bound",
+                "SIGN_REQUEST: login: the agent connection was forwarded through another host",
+            ]
+        );
+        // At most 16 bindings on a connection.
+        let many: Vec<Vec<u8>> = (0..17u8)
+            .map(|i| bind(&key, &pair, &[i; 32], true))
+            .collect();
+        let got = connection(&g, &known, &many);
+        assert_eq!(got[15], "bound");
+        assert_eq!(
+            got[16],
+            "EXTENSION: more than 16 session-bind@openssh.com on one connection"
         );
         // Without a user, any user logs in to the granted host.
         let any = bounded(&[], &["github.test"]);

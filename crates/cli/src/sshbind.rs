@@ -57,7 +57,8 @@ pub fn session_bind(body: &[u8]) -> Option<Binding> {
     let (session_id, rest) = string(rest)?;
     let (sig, rest) = string(rest)?;
     let (&forwarding, rest) = rest.split_first()?;
-    if !rest.is_empty() || forwarding > 1 || session_id.is_empty() {
+    // A session id is an exchange hash: at most 64 bytes (SHA-512).
+    if !rest.is_empty() || forwarding > 1 || session_id.is_empty() || session_id.len() > 64 {
         return None;
     }
     verify(hostkey, session_id, sig).then(|| Binding {
@@ -129,11 +130,19 @@ pub fn verify(key: &[u8], message: &[u8], sig: &[u8]) -> bool {
             } else {
                 &signature::RSA_PKCS1_2048_8192_SHA512
             };
+            // A signature may come shorter than the modulus (OpenSSH pads it on the left;
+            // the verifier wants the exact length).
+            let n = strip_zeros(n);
+            let Some(pad) = n.len().checked_sub(blob.len()) else {
+                return false;
+            };
+            let mut sig = vec![0u8; pad];
+            sig.extend_from_slice(blob);
             RsaPublicKeyComponents {
-                n: strip_zeros(n),
+                n,
                 e: strip_zeros(e),
             }
-            .verify(params, message, blob)
+            .verify(params, message, &sig)
             .is_ok()
         }
         _ => false,
@@ -415,6 +424,49 @@ mod tests {
             &session,
             &[s(b"ssh-rsa"), s(&[0; 64])].concat()
         ));
+    }
+
+    /// RSA host keys verify with SHA-2, also when the signature comes without the leading
+    /// zero bytes of its modulus' length; never with SHA-1 (`ssh-rsa`).
+    #[test]
+    fn rsa_signatures_verify_with_sha2_even_unpadded() {
+        use aws_lc_rs::signature::{KeyPair as _, RSA_PKCS1_SHA256, RsaKeyPair};
+        let pair = RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
+        let mpint = |b: &[u8]| {
+            let mut v = b.to_vec();
+            if v.first().is_some_and(|&x| x & 0x80 != 0) {
+                v.insert(0, 0);
+            }
+            s(&v)
+        };
+        let public = pair.public_key();
+        let blob = [
+            s(b"ssh-rsa"),
+            mpint(public.exponent().big_endian_without_leading_zero()),
+            mpint(public.modulus().big_endian_without_leading_zero()),
+        ]
+        .concat();
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        // A message whose signature starts with a zero byte (one in 256).
+        let (message, sig) = (0u32..)
+            .map(|i| {
+                let m = i.to_be_bytes().to_vec();
+                let mut sig = vec![0u8; pair.public_modulus_len()];
+                pair.sign(&RSA_PKCS1_SHA256, &rng, &m, &mut sig).unwrap();
+                (m, sig)
+            })
+            .find(|(_, sig)| sig[0] == 0)
+            .unwrap();
+        let ssh_sig = |alg: &[u8], raw: &[u8]| [s(alg), s(raw)].concat();
+        assert!(verify(&blob, &message, &ssh_sig(b"rsa-sha2-256", &sig)));
+        assert!(verify(
+            &blob,
+            &message,
+            &ssh_sig(b"rsa-sha2-256", &sig[1..])
+        ));
+        assert!(!verify(&blob, &message, &ssh_sig(b"rsa-sha2-512", &sig)));
+        assert!(!verify(&blob, &message, &ssh_sig(b"ssh-rsa", &sig)));
+        assert!(!verify(&blob, b"another", &ssh_sig(b"rsa-sha2-256", &sig)));
     }
 
     #[test]

@@ -2336,11 +2336,11 @@ struct Sshd {
 }
 
 impl Sshd {
-    fn start(authorized: &str) -> Sshd {
+    fn start(authorized: &str, key_type: &str) -> Sshd {
         let dir = tempfile::tempdir().unwrap();
         let p = |name: &str| dir.path().join(name).display().to_string();
         let status = Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f", &p("host_key")])
+            .args(["-q", "-t", key_type, "-N", "", "-f", &p("host_key")])
             .status()
             .unwrap();
         assert!(status.success());
@@ -2411,7 +2411,7 @@ fn ssh_logins_under_authenticate_bounds_need_a_known_granted_server() {
     }
     let env = setup();
     let agent = HostAgent::start();
-    let sshd = Sshd::start(&agent.public_key());
+    let mut sshd = Sshd::start(&agent.public_key(), "ed25519");
     // The host user's known_hosts, as capgate reads it (HOME), names the server
     // `sshd.test`; the client checks the same file through HostKeyAlias.
     let home = env.path("host-home");
@@ -2419,7 +2419,7 @@ fn ssh_logins_under_authenticate_bounds_need_a_known_granted_server() {
     let known = home.join(".ssh/known_hosts");
     std::fs::write(&known, sshd.known_hosts_line("sshd.test")).unwrap();
 
-    let login_with = |authenticate: &str| -> (bool, String) {
+    let login_with = |sshd: &Sshd, authenticate: &str| -> (bool, String) {
         let kit = env.path("sshlogin");
         std::fs::create_dir_all(&kit).unwrap();
         let _ = std::fs::remove_file(kit.join("capgate.lock"));
@@ -2488,18 +2488,26 @@ fn ssh_logins_under_authenticate_bounds_need_a_known_granted_server() {
         )
     };
 
-    let (ok, said) = login_with("root@sshd.test");
+    let (ok, said) = login_with(&sshd, "root@sshd.test");
     assert!(ok, "the granted server and user: {said}");
-    let (ok, said) = login_with("sshd.test");
+    let (ok, said) = login_with(&sshd, "sshd.test");
     assert!(ok, "the granted server, any user: {said}");
     // The attacks: another user; a server whose known_hosts key is not this one.
-    let (ok, said) = login_with("git@sshd.test");
+    let (ok, said) = login_with(&sshd, "git@sshd.test");
     assert!(!ok, "{said}");
     assert!(said.contains("user `root` is not granted"), "{said}");
-    let (ok, said) = login_with("other.test");
+    let (ok, said) = login_with(&sshd, "other.test");
     assert!(!ok, "{said}");
     assert!(
         said.contains("not a known_hosts key of other.test"),
         "{said}"
     );
+    // An RSA host key (its KEX signature: rsa-sha2-512 or -256) binds the same way.
+    drop(sshd);
+    sshd = Sshd::start(&agent.public_key(), "rsa");
+    std::fs::write(&known, sshd.known_hosts_line("sshd.test")).unwrap();
+    let (ok, said) = login_with(&sshd, "root@sshd.test");
+    assert!(ok, "RSA host key: {said}");
+    let (ok, said) = login_with(&sshd, "git@sshd.test");
+    assert!(!ok, "{said}");
 }
