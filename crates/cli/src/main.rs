@@ -1,6 +1,7 @@
 //! `capgate`: the command-line front of the capability gate. It parses arguments, calls the
 //! libraries, formats output and maps outcomes to exit codes; nothing else.
 
+mod context;
 mod copyback;
 mod gateway;
 mod identity;

@@ -604,6 +604,19 @@ fn run_provisioned(
             }
         }
     };
+    // agent-context@1: its bodies are read now, so that a kit's missing or escaping
+    // contentFile refuses the run before anything starts (only a warning when optional).
+    let context = match crate::context::materialize(plan, base) {
+        Ok(c) => c,
+        Err(why) if plan_context_optional(plan) => {
+            eprintln!("capgate: WARNING: the optional agent-context@1 is skipped: {why}");
+            crate::context::Materialize::default()
+        }
+        Err(why) => {
+            eprintln!("capgate: the sandbox could not start: {}", printable(&why));
+            return Ok(125);
+        }
+    };
     let hooks = lifecycle(plan);
     let has_install = hooks.as_ref().is_some_and(|l| !l.install.is_empty());
     let first_phase = if has_install {
@@ -895,7 +908,7 @@ fn run_provisioned(
     }
     phase.set(Phase::Runtime);
     if code == exit::OK {
-        code = run_workload(&mut sandbox, args, hooks.as_ref(), &envs);
+        code = run_workload(&mut sandbox, args, (hooks.as_ref(), &context), &envs);
     }
     // From here the helper's pid is reaped: no signal may use it any more.
     stopping.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -969,6 +982,15 @@ fn run_provisioned(
         return Ok(exit::VIOLATION);
     }
     Ok(code)
+}
+
+/// Whether every agent-context@1 ask of the composition is optional.
+fn plan_context_optional(plan: &Plan) -> bool {
+    plan.composed
+        .entries
+        .iter()
+        .filter(|e| matches!(e.capability, Some(Capability::AgentContext(_))))
+        .all(|e| e.optional)
 }
 
 /// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between
@@ -1046,18 +1068,19 @@ mkdir -p "$(dirname "$1")"
 cat > "$1"
 chmod "$2" "$1""#;
     let mode = file.mode.as_deref().unwrap_or("0644");
+    let keep = if file.overwrite { "replace" } else { "keep" };
+    write_inside(sandbox, script, &[&file.path, mode, keep], &file.content)
+}
+
+/// Runs the shell `script` inside as the agent with `args` (`$1`…), `content` on its
+/// stdin; fails unless it exits 0.
+fn write_inside(sandbox: &mut Sandbox, script: &str, args: &[&str], content: &str) -> Result<()> {
     let (read, write) = std::io::pipe()?;
-    let mut cmd = RunCommand::agent([
-        "/bin/sh",
-        "-c",
-        script,
-        "capgate-file",
-        &file.path,
-        mode,
-        if file.overwrite { "replace" } else { "keep" },
-    ]);
+    let mut argv = vec!["/bin/sh", "-c", script, "capgate-write"];
+    argv.extend_from_slice(args);
+    let mut cmd = RunCommand::agent(argv);
     cmd.stdin = Some(read.into());
-    let content = file.content.clone().into_bytes();
+    let content = content.as_bytes().to_vec();
     // The reader may stop early (a file kept); its end of the pipe closing ends the writer.
     let writer = std::thread::spawn(move || {
         let mut write = write;
@@ -1078,7 +1101,7 @@ chmod "$2" "$1""#;
 fn run_workload(
     sandbox: &mut Sandbox,
     args: &RunArgs,
-    hooks: Option<&Lifecycle>,
+    (hooks, context): (Option<&Lifecycle>, &crate::context::Materialize),
     envs: &Environments,
 ) -> u8 {
     if let Some(l) = hooks {
@@ -1091,6 +1114,30 @@ fn run_workload(
                 return 1;
             }
         }
+    }
+    // The agent's profiles after the kits' own files, so that a profile a kit writes whole
+    // keeps capgate's section too.
+    let writes = context
+        .bodies
+        .iter()
+        .map(|(path, text)| (path, text, "whole"))
+        .chain(
+            context
+                .profiles
+                .iter()
+                .map(|(path, text)| (path, text, "section")),
+        );
+    for (path, text, how) in writes {
+        if let Err(e) = write_inside(sandbox, crate::context::SCRIPT, &[path.as_str(), how], text) {
+            if context.optional {
+                eprintln!("capgate: WARNING: agent-context@1 `{path}` could not be written: {e:#}");
+            } else {
+                eprintln!("capgate: agent-context@1 `{path}` could not be written: {e:#}");
+                return 1;
+            }
+        }
+    }
+    if let Some(l) = hooks {
         for hook in &l.startup {
             let argv = if hook.background {
                 let mut v = vec![
