@@ -1018,18 +1018,24 @@ fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// One line per composed entry field `capgate run` does not provide (a GPU).
+/// One line per composed entry (or field) `capgate run` does not provide: a GPU, and the
+/// skills a kit bundles in its image (capgate builds no image).
 fn unimplemented(plan: &Plan) -> Vec<String> {
     crate::sandbox::capabilities(plan)
-        .filter_map(|c| {
-            let Capability::Resources(r) = c else {
-                return None;
-            };
-            let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
-            Some(format!(
-                "resources@1 gpu `{}` is accepted but not provided by capgate run yet: no GPU device is visible inside",
-                printable(gpu)
-            ))
+        .filter_map(|c| match c {
+            Capability::Resources(r) => {
+                let gpu = r.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty())?;
+                Some(format!(
+                    "resources@1 gpu `{}` is accepted but not provided by capgate run yet: no GPU device is visible inside",
+                    printable(gpu)
+                ))
+            }
+            Capability::AgentSkill(s) => Some(format!(
+                "agent-skill@1 `{}` ({}) is accepted but not provided by capgate run: it is bundled in the kit's image, and capgate builds no image; put the skill in the skills store (DATA/skills) to share it",
+                printable(s.effective_name()),
+                printable(&s.path)
+            )),
+            _ => None,
         })
         .collect()
 }

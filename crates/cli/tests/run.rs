@@ -2585,6 +2585,22 @@ fn agent_context_profiles_index_the_kits_bodies() {
         "copy mode: the host's file is untouched"
     );
 
+    // A bundled skill (agent-skill@1) needs the kit's image: named, not silently dropped.
+    let bundled = write(
+        "ctx-skill",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/agent-skill@1\n    config: {path: /usr/share/skills/review}\n  - type: com.docker.sandbox/agent-skills@1\n    config: {path: /home/agent/.claude/skills}\n",
+        &[],
+    );
+    let o = env.capgate(&["run", "--kit", &bundled, "--", "true"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "agent-skill@1 `review` (/usr/share/skills/review) is accepted but not provided"
+        ),
+        "{stderr}"
+    );
+
     // The attack: a contentFile that leads out of the kit (a host secret).
     std::fs::write(env.path("host-secret"), "SECRET").unwrap();
     let escaping = write(
