@@ -61,6 +61,12 @@ pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
             .directory
             .as_deref()
             .unwrap_or(capgate_sandbox::AGENT_HOME);
+        if format!("{dir}{filename}").chars().any(char::is_control) {
+            return Err(format!(
+                "agent-context@1 profile `{}`: a control character in its directory or filename",
+                capgate_spec::text::printable(&format!("{dir}/{filename}"))
+            ));
+        }
         let path = format!("{}/{filename}", dir.trim_end_matches('/'));
         if !profiles.contains(&path) {
             dirs.push(dir.trim_end_matches('/').to_owned());
@@ -113,42 +119,64 @@ pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
 }
 
 /// A kit's `contentFile`: a regular file beneath the kit's own directory (its build
-/// context), at most 256 KiB, as UTF-8.
+/// context), at most 256 KiB, as UTF-8. The kit must be a directory (a loose descriptor
+/// file's folder holds whatever else lies beside it), no component may be hidden (`.ssh`),
+/// and the file is opened once, beneath the kit's directory without following any link.
 fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String, String> {
-    let location = base.join(reference);
-    let kit_dir = if location.is_dir() {
-        location
-    } else {
-        location
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."))
-    };
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use std::io::Read as _;
     let shown = || format!("agent-context@1 `contentFile: {path}` of kit `{reference}`");
+    let kit_dir = base.join(reference);
+    if !kit_dir.is_dir() {
+        return Err(format!(
+            "{}: a contentFile needs the kit to be a directory (its build context), not a loose descriptor file",
+            shown()
+        ));
+    }
     let rel = Path::new(path);
-    if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
+    let hidden = rel.components().any(|c| match c {
+        Component::Normal(name) => name.as_encoded_bytes().first() == Some(&b'.'),
+        Component::CurDir => false,
+        _ => true,
+    });
+    if hidden || rel.is_absolute() || path.is_empty() {
         return Err(format!(
-            "{}: must be a path inside the kit's directory",
+            "{}: must be a path inside the kit's directory, with no `..` and no hidden component",
             shown()
         ));
     }
-    let kit_real = std::fs::canonicalize(&kit_dir).map_err(|e| format!("{}: {e}", shown()))?;
-    let real = std::fs::canonicalize(kit_dir.join(rel)).map_err(|e| format!("{}: {e}", shown()))?;
-    if !real.starts_with(&kit_real) {
-        return Err(format!(
-            "{}: leads to `{}`, outside the kit's directory",
-            shown(),
-            real.display()
-        ));
-    }
-    let meta = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", shown()))?;
-    if !meta.is_file() || meta.len() > MAX_BODY {
-        return Err(format!(
-            "{}: not a regular file of at most {MAX_BODY} bytes",
+    let dir = rustix::fs::open(
+        &kit_dir,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", shown()))?;
+    let fd = rustix::fs::openat2(
+        &dir,
+        rel,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => format!(
+            "{}: leads outside the kit's directory (through a link)",
             shown()
-        ));
+        ),
+        e => format!("{}: {e}", shown()),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", shown()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(format!("{}: not a regular file", shown()));
     }
-    let bytes = std::fs::read(&real).map_err(|e| format!("{}: {e}", shown()))?;
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_BODY + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", shown()))?;
+    if bytes.len() as u64 > MAX_BODY {
+        return Err(format!("{}: larger than {MAX_BODY} bytes", shown()));
+    }
     String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", shown()))
 }
 
@@ -157,12 +185,15 @@ fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String,
 fn kit_name(base: &Path, reference: &str) -> String {
     let location = base.join(reference);
     let location = std::fs::canonicalize(&location).unwrap_or(location);
-    let dir = if location.is_file() {
-        location.parent().map(Path::to_path_buf).unwrap_or_default()
-    } else {
-        location
+    // A loose descriptor is named by its stem, a kit directory (or its `kit.yaml`) by the
+    // directory.
+    let named = match location.file_stem() {
+        Some(stem) if location.is_file() && stem != "kit" => PathBuf::from(stem),
+        _ if location.is_file() => location.parent().map(Path::to_path_buf).unwrap_or_default(),
+        _ => location,
     };
-    dir.file_name()
+    named
+        .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| reference.to_owned())
@@ -197,18 +228,40 @@ fn neutralize(text: &str) -> String {
 }
 
 /// The script that writes one file inside as the agent: `$1` the path, the content on
-/// stdin; with `$2` = `section`, only capgate's section of the file is replaced (what the
-/// file held outside it is kept), else the whole file.
+/// stdin; with `$2` = `section`, only capgate's section of the file is replaced (`$3` and
+/// `$4` its exact first and last lines; a line that is only almost a marker, or a section
+/// left open, is kept as the file's own text), else the whole file. A file or folder on
+/// the way that is a symbolic link (one a repository ships, say) is refused, the new text
+/// is built in a file `mktemp` makes, and the file is rewritten in place, keeping its
+/// inode, mode, owner and links.
 pub const SCRIPT: &str = r#"set -e
-mkdir -p "$(dirname "$1")"
-tmp="$1.capgate-tmp"
+dir=$(dirname "$1")
+p="$1"
+while [ "$p" != / ]; do
+  if [ -L "$p" ]; then
+    echo "capgate: \`$p\` is a symbolic link: \`$1\` is not written" >&2
+    exit 3
+  fi
+  p=$(dirname "$p")
+done
+mkdir -p "$dir"
+if [ -d "$1" ]; then
+  echo "capgate: \`$1\` is a folder: not written" >&2
+  exit 3
+fi
+tmp=$(mktemp "$dir/.capgate-XXXXXX")
+trap 'rm -f "$tmp"' EXIT
 if [ "$2" = section ] && [ -f "$1" ]; then
-  sed '/^<!-- capgate:begin/,/^<!-- capgate:end -->$/d' "$1" > "$tmp"
-else
-  : > "$tmp"
+  awk -v b="$3" -v e="$4" '
+    { line = $0; sub(/\r$/, "", line) }
+    !open && line == b { open = 1; held = $0 ORS; next }
+    open { held = held $0 ORS; if (line == e) { open = 0; held = "" }; next }
+    { print }
+    END { if (open) printf "%s", held }
+  ' "$1" > "$tmp"
 fi
 cat >> "$tmp"
-mv -f "$tmp" "$1""#;
+cat "$tmp" > "$1""#;
 
 #[cfg(test)]
 mod tests {
@@ -230,22 +283,125 @@ mod tests {
     fn a_content_file_is_read_only_from_inside_the_kit() {
         let tmp = tempfile::tempdir().unwrap();
         let kit = tmp.path().join("kit");
-        std::fs::create_dir_all(&kit).unwrap();
+        std::fs::create_dir_all(kit.join(".ssh")).unwrap();
         std::fs::write(kit.join("kit.yaml"), "x").unwrap();
         std::fs::write(kit.join("context.md"), "be careful\n").unwrap();
+        std::fs::write(kit.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
         std::fs::write(tmp.path().join("secret"), "host secret").unwrap();
+        std::fs::write(tmp.path().join("loose.yaml"), "x").unwrap();
+        std::fs::write(kit.join("big.md"), vec![b'x'; MAX_BODY as usize + 1]).unwrap();
         std::os::unix::fs::symlink(tmp.path().join("secret"), kit.join("link.md")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            kit.join("fifo.md"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let read = |reference: &str, path: &str| read_content_file(tmp.path(), reference, path);
         assert_eq!(read("kit", "./context.md").unwrap(), "be careful\n");
-        assert_eq!(read("kit/kit.yaml", "context.md").unwrap(), "be careful\n");
-        // The attacks: a way out by `..`, an absolute path, a link out of the kit.
-        for (path, why) in [
-            ("../secret", "inside the kit's directory"),
-            ("/etc/passwd", "inside the kit's directory"),
-            ("link.md", "outside the kit's directory"),
+        // The attacks: a way out by `..`, an absolute path, a link out of the kit, a hidden
+        // file, a loose descriptor's folder (the secret beside it), a FIFO, a huge file.
+        for (reference, path, why) in [
+            ("kit", "../secret", "no `..` and no hidden component"),
+            ("kit", "/etc/passwd", "no `..` and no hidden component"),
+            ("kit", "link.md", "leads outside the kit's directory"),
+            ("kit", ".ssh/id_ed25519", "no hidden component"),
+            ("loose.yaml", "secret", "needs the kit to be a directory"),
+            ("kit", "fifo.md", "not a regular file"),
+            ("kit", "big.md", "larger than"),
         ] {
-            let err = read("kit", path).unwrap_err();
+            let err = read(reference, path).unwrap_err();
             assert!(err.contains(why), "{path}: {err}");
         }
+    }
+
+    /// Runs [`SCRIPT`] on the host (it is POSIX sh and awk) on `file` with `stdin`.
+    fn write(file: &Path, how: &str, stdin: &str) -> std::process::Output {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", SCRIPT, "test"])
+            .arg(file)
+            .args([how, BEGIN, END])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// The section is replaced, never the profile's own text: not a line that only looks
+    /// like a marker, nor a section left open, nor CRLF lines; a missing final newline is
+    /// supplied; the file keeps its inode (mode, links); a link on the way is refused.
+    #[test]
+    fn only_capgates_section_of_a_profile_is_rewritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("AGENTS.md");
+        let section = |n: u8| format!("{BEGIN}\nrun {n}\n{END}\n");
+        std::fs::write(&file, "# Mine\r\n<!-- capgate:begin but mine\r\nno newline").unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        std::fs::hard_link(&file, tmp.path().join("alias.md")).unwrap();
+        assert!(write(&file, "section", &section(1)).status.success());
+        assert!(write(&file, "section", &section(2)).status.success());
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "# Mine\r\n<!-- capgate:begin but mine\r\nno newline\n{}",
+                section(2)
+            )
+        );
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("alias.md")).unwrap(),
+            text
+        );
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&file).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o640);
+        // A section written with CRLF is still capgate's; one left open is the file's.
+        std::fs::write(&file, format!("a\r\n{BEGIN}\r\nold\r\n{END}\r\nb\r\n")).unwrap();
+        assert!(write(&file, "section", &section(3)).status.success());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("a\r\nb\r\n{}", section(3))
+        );
+        std::fs::write(&file, format!("a\n{BEGIN}\nkept\n")).unwrap();
+        assert!(write(&file, "section", &section(4)).status.success());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("a\n{BEGIN}\nkept\n{}", section(4))
+        );
+        // The attack: a profile (or a folder on its way) that is a link, as a repository
+        // could ship one to a git hook.
+        let hook = tmp.path().join("pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        let linked = tmp.path().join("CLAUDE.md");
+        std::os::unix::fs::symlink(&hook, &linked).unwrap();
+        assert_eq!(
+            write(&linked, "section", &section(5)).status.code(),
+            Some(3)
+        );
+        std::fs::create_dir(tmp.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("via")).unwrap();
+        let through = tmp.path().join("via/.capgate-context/01-k.md");
+        assert_eq!(write(&through, "whole", "body").status.code(), Some(3));
+        assert_eq!(std::fs::read_to_string(&hook).unwrap(), "#!/bin/sh\n");
+        assert!(!tmp.path().join("real/.capgate-context").exists());
+        // Nothing is left behind but the files written.
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(".capgate-"))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
     }
 }

@@ -609,7 +609,10 @@ fn run_provisioned(
     let context = match crate::context::materialize(plan, base) {
         Ok(c) => c,
         Err(why) if plan_context_optional(plan) => {
-            eprintln!("capgate: WARNING: the optional agent-context@1 is skipped: {why}");
+            eprintln!(
+                "capgate: WARNING: the optional agent-context@1 is skipped: {}",
+                printable(&why)
+            );
             crate::context::Materialize::default()
         }
         Err(why) => {
@@ -1133,8 +1136,30 @@ fn run_workload(
                 .iter()
                 .map(|(path, text)| (path, text, "section")),
         );
+    // With --mount the workspace is the host's directory, and --copy-back carries the
+    // copy's changes there: capgate's files stay out of it.
+    let shared = args.mount || args.copy_back;
     for (path, text, how) in writes {
-        if let Err(e) = write_inside(sandbox, crate::context::SCRIPT, &[path.as_str(), how], text) {
+        if shared && Path::new(path).starts_with(capgate_sandbox::WORKSPACE_DIR) {
+            eprintln!(
+                "capgate: WARNING: agent-context@1 `{}` is not written: it is in the workspace, which {} the host's directory",
+                printable(path),
+                if args.mount {
+                    "--mount shares as"
+                } else {
+                    "--copy-back carries back to"
+                }
+            );
+            continue;
+        }
+        let args = [
+            path.as_str(),
+            how,
+            crate::context::BEGIN,
+            crate::context::END,
+        ];
+        if let Err(e) = write_inside(sandbox, crate::context::SCRIPT, &args, text) {
+            let path = printable(path);
             if context.optional {
                 eprintln!("capgate: WARNING: agent-context@1 `{path}` could not be written: {e:#}");
             } else {

@@ -2584,6 +2584,19 @@ fn agent_context_profiles_index_the_kits_bodies() {
         "# Project rules\n",
         "copy mode: the host's file is untouched"
     );
+    // With --mount the workspace is the host's: capgate writes nothing there.
+    let o = env.capgate(&["run", "--mount", "--kit", &inside_ws, "--", "true"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("`/home/agent/workspace/AGENTS.md` is not written: it is in the workspace"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/AGENTS.md")).unwrap(),
+        "# Project rules\n"
+    );
+    assert!(!env.path("ws/.capgate-context").exists());
 
     // A bundled skill (agent-skill@1) needs the kit's image: named, not silently dropped.
     let bundled = write(
