@@ -126,7 +126,18 @@ fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String,
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     use std::io::Read as _;
     let shown = || format!("agent-context@1 `contentFile: {path}` of kit `{reference}`");
-    let kit_dir = base.join(reference);
+    let location = base.join(reference);
+    // A kit directory, or its own descriptor (`kit.yaml`, `<directory-name>.yaml`) in it.
+    let own_descriptor = |file: &Path| {
+        let dir_name = file.parent().and_then(Path::file_name);
+        file.file_name() == Some(std::ffi::OsStr::new("kit.yaml"))
+            || (file.file_stem().is_some() && file.file_stem() == dir_name)
+    };
+    let kit_dir = if location.is_file() && own_descriptor(&location) {
+        location.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        location
+    };
     if !kit_dir.is_dir() {
         return Err(format!(
             "{}: a contentFile needs the kit to be a directory (its build context), not a loose descriptor file",
@@ -231,13 +242,14 @@ fn neutralize(text: &str) -> String {
 /// stdin; with `$2` = `section`, only capgate's section of the file is replaced (`$3` and
 /// `$4` its exact first and last lines; a line that is only almost a marker, or a section
 /// left open, is kept as the file's own text), else the whole file. A file or folder on
-/// the way that is a symbolic link (one a repository ships, say) is refused, the new text
-/// is built in a file `mktemp` makes, and the file is rewritten in place, keeping its
-/// inode, mode, owner and links.
+/// the way that is a symbolic link (one a repository ships, say), or a path that is not a
+/// regular file (a FIFO would block), is refused; the new text is built in a file
+/// `mktemp` makes, given the old file's mode, and renamed over it (a full disk leaves the
+/// old file whole; `rename` does not follow a link).
 pub const SCRIPT: &str = r#"set -e
 dir=$(dirname "$1")
 p="$1"
-while [ "$p" != / ]; do
+while [ "$p" != / ] && [ "$p" != . ]; do
   if [ -L "$p" ]; then
     echo "capgate: \`$p\` is a symbolic link: \`$1\` is not written" >&2
     exit 3
@@ -245,12 +257,13 @@ while [ "$p" != / ]; do
   p=$(dirname "$p")
 done
 mkdir -p "$dir"
-if [ -d "$1" ]; then
-  echo "capgate: \`$1\` is a folder: not written" >&2
+if [ -e "$1" ] && [ ! -f "$1" ]; then
+  echo "capgate: \`$1\` is not a regular file: not written" >&2
   exit 3
 fi
 tmp=$(mktemp "$dir/.capgate-XXXXXX")
 trap 'rm -f "$tmp"' EXIT
+if [ -f "$1" ]; then chmod "$(stat -c %a "$1")" "$tmp"; else chmod 644 "$tmp"; fi
 if [ "$2" = section ] && [ -f "$1" ]; then
   awk -v b="$3" -v e="$4" '
     { line = $0; sub(/\r$/, "", line) }
@@ -261,7 +274,7 @@ if [ "$2" = section ] && [ -f "$1" ]; then
   ' "$1" > "$tmp"
 fi
 cat >> "$tmp"
-cat "$tmp" > "$1""#;
+mv -f "$tmp" "$1""#;
 
 #[cfg(test)]
 mod tests {
@@ -301,6 +314,7 @@ mod tests {
         .unwrap();
         let read = |reference: &str, path: &str| read_content_file(tmp.path(), reference, path);
         assert_eq!(read("kit", "./context.md").unwrap(), "be careful\n");
+        assert_eq!(read("kit/kit.yaml", "context.md").unwrap(), "be careful\n");
         // The attacks: a way out by `..`, an absolute path, a link out of the kit, a hidden
         // file, a loose descriptor's folder (the secret beside it), a FIFO, a huge file.
         for (reference, path, why) in [
@@ -339,7 +353,7 @@ mod tests {
 
     /// The section is replaced, never the profile's own text: not a line that only looks
     /// like a marker, nor a section left open, nor CRLF lines; a missing final newline is
-    /// supplied; the file keeps its inode (mode, links); a link on the way is refused.
+    /// supplied; the file keeps its mode; a link on the way, or a FIFO, is refused.
     #[test]
     fn only_capgates_section_of_a_profile_is_rewritten() {
         let tmp = tempfile::tempdir().unwrap();
@@ -348,7 +362,6 @@ mod tests {
         std::fs::write(&file, "# Mine\r\n<!-- capgate:begin but mine\r\nno newline").unwrap();
         std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640))
             .unwrap();
-        std::fs::hard_link(&file, tmp.path().join("alias.md")).unwrap();
         assert!(write(&file, "section", &section(1)).status.success());
         assert!(write(&file, "section", &section(2)).status.success());
         let text = std::fs::read_to_string(&file).unwrap();
@@ -359,10 +372,7 @@ mod tests {
                 section(2)
             )
         );
-        assert_eq!(
-            std::fs::read_to_string(tmp.path().join("alias.md")).unwrap(),
-            text
-        );
+
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&file).unwrap().permissions(),
         );
@@ -395,6 +405,17 @@ mod tests {
         let through = tmp.path().join("via/.capgate-context/01-k.md");
         assert_eq!(write(&through, "whole", "body").status.code(), Some(3));
         assert_eq!(std::fs::read_to_string(&hook).unwrap(), "#!/bin/sh\n");
+        // A FIFO (it would block the write) is refused.
+        let fifo = tmp.path().join("FIFO.md");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(write(&fifo, "section", &section(6)).status.code(), Some(3));
         assert!(!tmp.path().join("real/.capgate-context").exists());
         // Nothing is left behind but the files written.
         let names: Vec<_> = std::fs::read_dir(tmp.path())

@@ -1136,9 +1136,10 @@ fn run_workload(
                 .iter()
                 .map(|(path, text)| (path, text, "section")),
         );
-    // With --mount the workspace is the host's directory, and --copy-back carries the
-    // copy's changes there: capgate's files stay out of it.
-    let shared = args.mount || args.copy_back;
+    // With --mount the workspace is the host's directory, --copy-back carries the copy's
+    // changes there, and a named sandbox keeps them for a later --copy-back: capgate's
+    // files stay out of it.
+    let shared = args.mount || args.copy_back || args.name.is_some();
     for (path, text, how) in writes {
         if shared && Path::new(path).starts_with(capgate_sandbox::WORKSPACE_DIR) {
             eprintln!(
@@ -1147,7 +1148,7 @@ fn run_workload(
                 if args.mount {
                     "--mount shares as"
                 } else {
-                    "--copy-back carries back to"
+                    "a copy-back (now, or of a named sandbox later) carries back to"
                 }
             );
             continue;

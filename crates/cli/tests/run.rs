@@ -2597,6 +2597,28 @@ fn agent_context_profiles_index_the_kits_bodies() {
         "# Project rules\n"
     );
     assert!(!env.path("ws/.capgate-context").exists());
+    // Nor in a named sandbox's copy, which a later --copy-back would carry to the host.
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "ctxbox",
+            "--kit",
+            &inside_ws,
+            "--",
+            "sh",
+            "-c",
+            "ls -A /home/agent/workspace",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains(".capgate-context"), "{stdout}");
+    assert!(
+        stderr.contains("a copy-back (now, or of a named sandbox later)"),
+        "{stderr}"
+    );
 
     // A bundled skill (agent-skill@1) needs the kit's image: named, not silently dropped.
     let bundled = write(
