@@ -34,6 +34,15 @@ pub struct Materialize {
     pub optional: bool,
 }
 
+/// Whether every agent-context@1 ask of the composition is optional.
+pub fn all_optional(plan: &Plan) -> bool {
+    plan.composed
+        .entries
+        .iter()
+        .filter(|e| matches!(e.capability, Some(Capability::AgentContext(_))))
+        .all(|e| e.optional)
+}
+
 /// The profiles and bodies of `plan`; `base` is where kit references are relative to.
 pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
     let asks: Vec<_> = plan
@@ -41,17 +50,17 @@ pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
         .entries
         .iter()
         .filter_map(|e| match &e.capability {
-            Some(Capability::AgentContext(c)) => Some((e.optional, c)),
+            Some(Capability::AgentContext(c)) => Some(c),
             _ => None,
         })
         .collect();
     if asks.is_empty() {
         return Ok(Materialize::default());
     }
-    let optional = asks.iter().all(|(optional, _)| *optional);
+    let optional = all_optional(plan);
     let mut dirs: Vec<String> = Vec::new();
     let mut profiles: Vec<String> = Vec::new();
-    for (_, c) in &asks {
+    for c in &asks {
         let filename = c
             .filename
             .as_deref()

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use capgate_resolve::plan::Plan;
-use capgate_sandbox::{Dialer, ListenerKind};
+use capgate_sandbox::{Dialer, ListenerKind, ListenerSpec};
 use capgate_spec::caps::Capability;
 use capgate_spec::caps::storage::{Port, Transport};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
@@ -79,7 +79,7 @@ pub fn publish(
     runtime: &tokio::runtime::Runtime,
     dialer: Dialer,
     ports: &[Port],
-    reserved: &[(u16, Transport)],
+    reserved: &[ListenerSpec],
 ) -> io::Result<(Vec<Published>, Vec<String>)> {
     let _guard = runtime.enter();
     let dialer = Arc::new(dialer);
@@ -87,7 +87,14 @@ pub fn publish(
     let mut notes = Vec::new();
     for port in ports {
         let transport = port.transport.unwrap_or(Transport::Tcp);
-        if reserved.contains(&(port.container, transport)) {
+        let gateway = reserved.iter().any(|l| {
+            l.addr.port() == port.container
+                && matches!(
+                    (l.kind, transport),
+                    (ListenerKind::Tcp, Transport::Tcp) | (ListenerKind::Udp, Transport::Udp)
+                )
+        });
+        if gateway {
             notes.push(format!(
                 "port {} is not published: inside, it is the sandbox's gateway, which the host's users must not reach",
                 port.key()

@@ -559,7 +559,8 @@ fn run_provisioned(
     }
     // git-identity@1: selected (and pinned) before anything starts; a required one that
     // cannot be had refuses the run.
-    let identity = match crate::identity::wanted(plan) {
+    let identity_wanted = crate::identity::wanted(plan);
+    let identity = match identity_wanted {
         None => None,
         Some(optional) => {
             let pin = dir.dir.join("git-identity");
@@ -608,7 +609,7 @@ fn run_provisioned(
     // contentFile refuses the run before anything starts (only a warning when optional).
     let context = match crate::context::materialize(plan, base) {
         Ok(c) => c,
-        Err(why) if plan_context_optional(plan) => {
+        Err(why) if crate::context::all_optional(plan) => {
             eprintln!(
                 "capgate: WARNING: the optional agent-context@1 is skipped: {}",
                 printable(&why)
@@ -817,19 +818,9 @@ fn run_provisioned(
         ));
     }
     if let Some(dialer) = sandbox.take_dialer() {
-        let reserved: Vec<(u16, capgate_spec::caps::storage::Transport)> = spec
-            .listeners
-            .iter()
-            .map(|l| {
-                let transport = match l.kind {
-                    ListenerKind::Tcp => capgate_spec::caps::storage::Transport::Tcp,
-                    ListenerKind::Udp => capgate_spec::caps::storage::Transport::Udp,
-                };
-                (l.addr.port(), transport)
-            })
-            .collect();
-        let (published, notes) = crate::ports::publish(&runtime, dialer, &ports, &reserved)
-            .context("cannot publish the sandbox's ports on the host's loopback")?;
+        let (published, notes) =
+            crate::ports::publish(&runtime, dialer, &ports, &spec.listeners)
+                .context("cannot publish the sandbox's ports on the host's loopback")?;
         for note in notes {
             eprintln!("capgate: WARNING: {note}");
         }
@@ -868,7 +859,7 @@ fn run_provisioned(
         && let Err(e) = write_git_identity(&mut sandbox, id)
     {
         // An optional identity that cannot be set is skipped, like one that cannot be had.
-        if crate::identity::wanted(plan) == Some(true) {
+        if identity_wanted == Some(true) {
             eprintln!(
                 "capgate: the optional git-identity@1 is skipped: it could not be set inside: {e:#}"
             );
@@ -985,15 +976,6 @@ fn run_provisioned(
         return Ok(exit::VIOLATION);
     }
     Ok(code)
-}
-
-/// Whether every agent-context@1 ask of the composition is optional.
-fn plan_context_optional(plan: &Plan) -> bool {
-    plan.composed
-        .entries
-        .iter()
-        .filter(|e| matches!(e.capability, Some(Capability::AgentContext(_))))
-        .all(|e| e.optional)
 }
 
 /// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between
