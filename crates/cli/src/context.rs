@@ -88,7 +88,7 @@ pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
     for (n, source) in plan.composed.context_sources.iter().enumerate() {
         let text = match (&source.content, &source.path) {
             (Some(content), _) => content.clone(),
-            (None, Some(path)) => read_content_file(base, &source.reference, path)?,
+            (None, Some(path)) => read_content_file(&base.join(&source.reference), path)?,
             (None, None) => continue,
         };
         let name = kit_name(base, &source.reference);
@@ -127,15 +127,23 @@ pub fn materialize(plan: &Plan, base: &Path) -> Result<Materialize, String> {
     Ok(out)
 }
 
-/// A kit's `contentFile`: a regular file beneath the kit's own directory (its build
+/// A kit's `contentFile`, `kit` being the kit's directory or its own descriptor: a regular
+/// file beneath the kit's own directory (its build
 /// context), at most 256 KiB, as UTF-8. The kit must be a directory (a loose descriptor
 /// file's folder holds whatever else lies beside it), no component may be hidden (`.ssh`),
 /// and the file is opened once, beneath the kit's directory without following any link.
-fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String, String> {
+fn read_content_file(kit: &Path, path: &str) -> Result<String, String> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     use std::io::Read as _;
-    let shown = || format!("agent-context@1 `contentFile: {path}` of kit `{reference}`");
-    let location = base.join(reference);
+    // The kit as the user can find it (a reference is often `.`): `components` drops the
+    // `.` parts.
+    let location: std::path::PathBuf = kit.components().collect();
+    let shown = || {
+        format!(
+            "agent-context@1 `contentFile: {path}` of kit `{}`",
+            location.display()
+        )
+    };
     // A kit directory, or its own descriptor (`kit.yaml`, `<directory-name>.yaml`) in it.
     let own_descriptor = |file: &Path| {
         let dir_name = file.parent().and_then(Path::file_name);
@@ -145,7 +153,7 @@ fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String,
     let kit_dir = if location.is_file() && own_descriptor(&location) {
         location.parent().map(Path::to_path_buf).unwrap_or_default()
     } else {
-        location
+        location.clone()
     };
     if !kit_dir.is_dir() {
         return Err(format!(
@@ -198,6 +206,12 @@ fn read_content_file(base: &Path, reference: &str, path: &str) -> Result<String,
         return Err(format!("{}: larger than {MAX_BODY} bytes", shown()));
     }
     String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", shown()))
+}
+
+/// What `capgate lint` says of a `contentFile` of the kit at `kit` (a directory or its
+/// descriptor): why the run could not read it, if it could not.
+pub fn content_file_problem(kit: &Path, path: &str) -> Option<String> {
+    read_content_file(kit, path).err()
 }
 
 /// A kit's name for the index: its directory's name (a reference such as `.` or `../x` is
@@ -321,9 +335,19 @@ mod tests {
             0,
         )
         .unwrap();
-        let read = |reference: &str, path: &str| read_content_file(tmp.path(), reference, path);
+        let read =
+            |reference: &str, path: &str| read_content_file(&tmp.path().join(reference), path);
         assert_eq!(read("kit", "./context.md").unwrap(), "be careful\n");
         assert_eq!(read("kit/kit.yaml", "context.md").unwrap(), "be careful\n");
+        // A missing file names the kit where the user can find it (a `.` reference too).
+        let err = read("kit/.", "gone.md").unwrap_err();
+        let kit_shown = format!("of kit `{}`: ", kit.display());
+        assert!(
+            err.contains(&kit_shown) && err.contains("No such file"),
+            "{err}"
+        );
+        assert_eq!(content_file_problem(&kit, "gone.md"), Some(err));
+        assert_eq!(content_file_problem(&kit, "context.md"), None);
         // The attacks: a way out by `..`, an absolute path, a link out of the kit, a hidden
         // file, a loose descriptor's folder (the secret beside it), a FIFO, a huge file.
         for (reference, path, why) in [

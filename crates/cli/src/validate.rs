@@ -324,6 +324,7 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
                     .err()
                     .map(|e| e.to_string())
             },
+            content_problem: &|file: &str| crate::context::content_file_problem(reference, file),
         };
         for f in capgate_resolve::lint::lint(descriptor, &options) {
             findings.push(Problem {

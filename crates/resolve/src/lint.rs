@@ -42,13 +42,17 @@ pub enum Check {
     /// A read path (`dev.capgate/filesystem@1`) outside the workspace, or a read list
     /// beside a write place covering the whole workspace: the run is refused.
     InvalidReadPath,
+    /// An agent-context@1 `contentFile` that cannot be read from the kit's directory: the
+    /// run refuses the kit (or, for an optional entry, goes without the body).
+    ContentFile,
 }
 
 impl Check {
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::InvalidHost,
         Check::UnwritablePlace,
         Check::InvalidReadPath,
+        Check::ContentFile,
         Check::WildcardHost,
         Check::AddressHost,
         Check::ShadowedAllow,
@@ -66,6 +70,7 @@ impl Check {
             Check::InvalidHost => "invalid-host",
             Check::UnwritablePlace => "unwritable-place",
             Check::InvalidReadPath => "invalid-read-path",
+            Check::ContentFile => "content-file",
         }
     }
 
@@ -109,6 +114,10 @@ pub struct Options<'a> {
     /// `example.com:443`, `10.0.0.0/8`, `[::1]:443`), if anything: the policy's own judge,
     /// handed in so that lint says exactly what creating a sandbox would refuse.
     pub host_problem: &'a dyn Fn(&str) -> Option<String>,
+    /// What is wrong with an agent-context@1 `contentFile` (as written) of the kit being
+    /// linted, if anything: read the way `capgate run` reads it, handed in because lint
+    /// itself reads no file.
+    pub content_problem: &'a dyn Fn(&str) -> Option<String>,
 }
 
 impl fmt::Debug for Options<'_> {
@@ -162,6 +171,7 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
         unused_install_grants(&entries, &grants, &mut out);
     }
     unwritable_places(&entries, &mut out);
+    content_files(&entries, options, &mut out);
     out.list
         .sort_by(|a, b| (a.pos, &a.path).cmp(&(b.pos, &b.path)));
     out.list
@@ -446,6 +456,45 @@ fn tier_mismatches(
 /// A write place must lie beneath a mount the sandbox makes writable: the workspace and
 /// home (`/home/agent`), `/tmp`, `/dev/shm`, or a volume (this kit's; another kit of the
 /// composition may mount one, so this is a warning).
+/// Each agent-context@1 `contentFile` must be readable as the run reads it: a required
+/// entry whose file is missing refuses the run, an optional one loses its body.
+fn content_files(entries: &[(String, &Entry)], options: &Options<'_>, out: &mut Findings) {
+    for (at, entry) in entries {
+        let Some(Capability::AgentContext(c)) = &entry.capability else {
+            continue;
+        };
+        let Some(file) = c.content_file.as_deref().filter(|f| !f.is_empty()) else {
+            continue;
+        };
+        if entry.parameterized {
+            continue;
+        }
+        let Some(problem) = (options.content_problem)(file) else {
+            continue;
+        };
+        let path = Path::from(at.as_str()).key("config").key("contentFile");
+        let pos = entry.config.as_ref().map_or(Pos::UNKNOWN, |c| {
+            c.get("contentFile").map_or(c.pos, |n| n.pos)
+        });
+        if entry.optional {
+            out.push(
+                Check::ContentFile,
+                Severity::Warning,
+                &path,
+                pos,
+                format!("{problem}; the entry is optional, so `capgate run` goes without it"),
+            );
+        } else {
+            out.error(
+                Check::ContentFile,
+                &path,
+                pos,
+                format!("{problem}; `capgate run` refuses this kit"),
+            );
+        }
+    }
+}
+
 fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
     let volumes: Vec<&str> = entries
         .iter()
@@ -579,6 +628,8 @@ mod tests {
                 h.contains("..")
                     .then(|| format!("`{h}` has an empty label"))
             },
+            // A stand-in for the kit directory: only `present.md` is there.
+            content_problem: &|f: &str| (f != "present.md").then(|| format!("`{f}`: not found")),
         }
     }
 
@@ -601,6 +652,48 @@ mod tests {
             ),
         );
         assert_eq!(lint(&d, &opts(true)), vec![]);
+    }
+
+    #[test]
+    fn a_content_file_the_run_cannot_read_is_an_error_or_for_an_optional_entry_a_warning() {
+        const CTX: &str = "com.docker.sandbox/agent-context@1";
+        let one = |entry: &str| {
+            lint(
+                &kit("workload", &format!("  - type: {CTX}\n{entry}")),
+                &opts(false),
+            )
+        };
+        // Present, and an inline body: nothing to say.
+        assert_eq!(
+            one("    config: {filename: AGENTS.md, contentFile: present.md}\n"),
+            vec![]
+        );
+        assert_eq!(
+            one("    config: {filename: AGENTS.md, content: inline}\n"),
+            vec![]
+        );
+        let required = one("    config:\n      filename: A.md\n      contentFile: ./gone.md\n");
+        assert_eq!(
+            codes(&required),
+            [("content-file".to_owned(), Severity::Error, 7)]
+        );
+        assert_eq!(
+            required[0].path.to_string(),
+            "capabilities[0].config.contentFile"
+        );
+        assert!(required[0].message.starts_with("`./gone.md`: not found; "));
+        assert!(
+            required[0]
+                .message
+                .ends_with("`capgate run` refuses this kit")
+        );
+        let optional =
+            one("    optional: true\n    config: {filename: B.md, contentFile: gone.md}\n");
+        assert_eq!(
+            codes(&optional),
+            [("content-file".to_owned(), Severity::Warning, 6)]
+        );
+        assert!(optional[0].message.contains("optional"));
     }
 
     #[test]
