@@ -111,14 +111,16 @@ wait_port() {    # wait_port PORT PID NAME: up to 15 s for a listener, failing i
 
 fill() { sed "s#@DIR@#$WORK#g" "$HERE/conf/$1"; }
 
-rss_kb() {       # rss_kb PID...: summed VmRSS in KiB
-    local total=0 pid v
+proc_sum() {     # proc_sum FILE AWK PID...: the sum over the PIDs of what AWK prints of /proc/PID/FILE
+    local file=$1 prog=$2 total=0 pid v
+    shift 2
     for pid in "$@"; do
-        v=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+        v=$(awk "$prog" "/proc/$pid/$file" 2>/dev/null || echo 0)
         total=$((total + ${v:-0}))
     done
     echo "$total"
 }
+rss_kb() { proc_sum status '/^VmRSS:/ {print $2}' "$@"; }   # rss_kb PID...: summed VmRSS in KiB
 
 # ---- content and certificates -----------------------------------------------------------
 mkdir -p "$WORK"/{www,pki,nginx/tmp,squid,tinyproxy,haproxy,capgate,kit}
@@ -201,6 +203,16 @@ cpu_gate() {     # wait (at most 30 s) until the machine was < 8 % busy over 1 s
     echo "$busy"
 }
 
+proxy_pids() {   # proxy_pids PATH_NAME: the processes whose CPU a run through it is charged
+    case $1 in direct) echo "" ;; capgate) echo "$GW_PID" ;;
+        squid) echo "$SQUID_MASTER" $(ps -o pid= --ppid "$SQUID_MASTER" 2>/dev/null || true) ;;
+        tinyproxy) echo "$TINY_PID" $(ps -o pid= --ppid "$TINY_PID" 2>/dev/null || true) ;;
+        haproxy) echo "$HAPROXY_PID" ;; esac
+}
+# cpu_ticks PID...: summed user + system clock ticks (all threads)
+cpu_ticks() { proc_sum stat '{sub(/.*\) /, ""); print $12 + $13}' "$@"; }
+TICK_HZ=$(getconf CLK_TCK)
+
 # target PATH_NAME SIZE: URL and Host for absolute-form through a proxy ("" for direct)
 proxy_port() {
     case $1 in direct) echo "" ;; capgate) echo $CAPGATE_PORT ;;
@@ -216,10 +228,12 @@ selected() {     # selected NAME: does ONLY (if set) pick this run?
 }
 
 run_wrk() {      # run_wrk NAME PATH SIZE CONNS THREADS SECS REP
-    local name=$1 path=$2 size=$3 c=$4 t=$5 d=$6 rep=$7 port host gate out line
+    local name=$1 path=$2 size=$3 c=$4 t=$5 d=$6 rep=$7 port host gate out line pids t0 t1 cpu
     selected "$name" || return 0
     port=$(proxy_port "$path")
     gate=$(cpu_gate)
+    pids=$(proxy_pids "$path")
+    t0=$(cpu_ticks $pids)
     if [ -z "$port" ]; then
         out=$(TARGET_URL="" wrk -t"$t" -c"$c" -d"${d}s" --latency -s "$HERE/wrk.lua" \
             "http://127.0.0.1:$NGINX_HTTP/$size" 2>&1) || true
@@ -229,9 +243,13 @@ run_wrk() {      # run_wrk NAME PATH SIZE CONNS THREADS SECS REP
             wrk -t"$t" -c"$c" -d"${d}s" --latency -s "$HERE/wrk.lua" \
             "http://127.0.0.1:$port" 2>&1) || true
     fi
+    t1=$(cpu_ticks $pids)
     printf '%s\n' "$out" >>"$WORK/wrk-$name.log"
     line=$(printf '%s\n' "$out" | grep '^RESULT' || true)
     [ -n "$line" ] || { log "$name rep $rep: no result (see $WORK/wrk-$name.log)"; line="RESULT rps=0 bps=0 p50_us=0 p99_us=0 requests=0 errors=-1"; }
+    # The proxy's own CPU over the run, in ms (0 for direct: nothing between wrk and nginx).
+    cpu=$(( (t1 - t0) * 1000 / TICK_HZ ))
+    line="$line proxy_cpu_ms=$cpu"
     log "$name rep $rep (cpu gate ${gate}%): ${line#RESULT }"
     printf '%s\t%s\t%s\t%s\n' "$name" "$rep" "$gate" "${line#RESULT }" >>"$RESULTS"
 }

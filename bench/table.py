@@ -72,6 +72,18 @@ print("haproxy is a reference, not a goal: a reverse proxy to a fixed backend (n
       "splicing bodies as capgate does.")
 ratios = [ratio(float(c["bps"]), float(d["bps"])) for c, d in zip(ok_runs(f"c{C}_1m_capgate"), ok_runs(f"c{C}_1m_direct"))]
 print("per-rep 1 MB capgate / direct: " + " / ".join(f"{100 * r:.0f} %" for r in ratios))
+
+
+def cpu_per_request(name):
+    """The proxy's own CPU (user + system, all threads) per completed request, in µs."""
+    v = [1e3 * float(r["proxy_cpu_ms"]) / float(r["requests"]) for r in ok_runs(name)
+         if "proxy_cpu_ms" in r and float(r.get("requests", 0)) > 0]
+    return statistics.median(v) if v else math.nan
+
+
+print("proxy CPU per request, µs (1 KB c{0} / 1 MB c{0}): ".format(C) + "; ".join(
+    f"{p} {cpu_per_request(f'c{C}_1k_{p}'):.0f} / {cpu_per_request(f'c{C}_1m_{p}'):.0f}"
+    for p in paths if p != "direct"))
 print()
 
 cg, sq, ti, di = (med(f"c{C}_1k_{p}", "rps") for p in ("capgate", "squid", "tinyproxy", "direct"))

@@ -235,8 +235,9 @@ pub fn config(
 pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
     std::thread::spawn(move || {
         let mut last: Option<Vec<Rule>> = None;
-        // One connection for the life of the watcher.
-        let Ok(store) = open_store() else { return };
+        // One connection for the life of the watcher, opened after its first wait: a short
+        // run ends before then, and its start-up does not share the CPU with this.
+        let mut store = None;
         let filter = RuleFilter {
             sandbox: Some(sandbox),
             source: None,
@@ -244,6 +245,13 @@ pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
         };
         loop {
             std::thread::sleep(Duration::from_millis(500));
+            let store = match &mut store {
+                Some(store) => store,
+                empty => match open_store() {
+                    Ok(opened) => empty.insert(opened),
+                    Err(_) => return,
+                },
+            };
             let Ok(rules) = store.rules(&filter) else {
                 continue;
             };

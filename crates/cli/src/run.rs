@@ -480,7 +480,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
     let mut store = open_store()?;
-    let provisioned = provision(&create, &mut store);
+    let provisioned = provision(&create, &mut store, ephemeral);
     let Ok(Ok(Provisioned { plan, base })) = provisioned else {
         // Nothing of the sandbox was made but its directory and lock: one this run made
         // (an ephemeral one, a new name) leaves nothing behind.

@@ -133,11 +133,14 @@ pub struct Provisioned {
     pub base: PathBuf,
 }
 
-/// Resolves, gates against the lock, records the sandbox and provisions its kit rules.
-/// `Err(code)` when it must stop (1 invalid, 2 refused, 4 needs approval).
+/// Resolves, gates against the lock, records the sandbox and provisions its kit rules, then
+/// writes its composition and sentinels. `Err(code)` when it must stop (1 invalid, 2
+/// refused, 4 needs approval). The composition of an `ephemeral` sandbox (one `capgate run`
+/// removes when it ends) is not synced to disk: a crash loses nothing that was to be kept.
 pub fn provision(
     args: &CreateArgs,
     store: &mut capgate_policy::Store,
+    ephemeral: bool,
 ) -> Result<Result<Provisioned, u8>> {
     check_sandbox_name(&args.name)?;
     let (plan, lock_path, base) = match lock_location(&args.kits, &args.args, args.lock.as_deref())
@@ -187,7 +190,7 @@ pub fn provision(
     store.provision_sandbox(record, rules)?;
     let dir = SandboxDir::of(&args.name)?;
     dir.create()?;
-    dir.write_composition(&plan.composed.descriptor())?;
+    dir.write_composition(&plan.composed.descriptor(), !ephemeral)?;
     dir.sentinels(&credential_services(&plan))?;
     Ok(Ok(Provisioned { plan, base }))
 }
@@ -201,7 +204,7 @@ struct Created<'a> {
 
 pub fn create(args: &CreateArgs) -> Result<u8> {
     let mut store = open_store()?;
-    let plan = match provision(args, &mut store)?.map(|p| p.plan) {
+    let plan = match provision(args, &mut store, false)?.map(|p| p.plan) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };

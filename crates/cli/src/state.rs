@@ -88,9 +88,17 @@ impl SandboxDir {
         self.dir.join("sentinels.json")
     }
 
-    /// The merged effective descriptor the sandbox was created with.
-    pub fn write_composition(&self, d: &Descriptor) -> Result<()> {
-        write_private(&self.composition_path(), &serde_json::to_vec_pretty(d)?)
+    /// The merged effective descriptor the sandbox was created with; `durable`: synced to
+    /// disk before it replaces the old one.
+    pub fn write_composition(&self, d: &Descriptor, durable: bool) -> Result<()> {
+        let path = self.composition_path();
+        let bytes = serde_json::to_vec_pretty(d)?;
+        if durable {
+            return write_private(&path, &bytes);
+        }
+        private_dir(&self.dir)?;
+        write_file(&path, &bytes, 0o600, false)
+            .with_context(|| format!("cannot write `{}`", path.display()))
     }
 
     pub fn read_composition(&self) -> Result<Descriptor> {
@@ -187,6 +195,11 @@ pub fn private_dir(dir: &Path) -> Result<()> {
 /// link someone left there, never truncating someone's file), with `mode` from the start,
 /// then renamed over `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_file(path, bytes, mode, true)
+}
+
+/// [`write_atomically`], the new content synced to disk before the rename when `sync`.
+fn write_file(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -208,7 +221,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result
             .create_new(true)
             .mode(mode)
             .open(&tmp)?;
-        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        let written = f
+            .write_all(bytes)
+            .and_then(|()| if sync { f.sync_all() } else { Ok(()) });
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(e);
