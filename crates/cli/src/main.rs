@@ -8,6 +8,7 @@ mod identity;
 mod kitref;
 mod kits;
 mod lock;
+mod peer;
 mod policy;
 mod ports;
 mod resolve;
@@ -93,7 +94,8 @@ enum Command {
     /// them against the lock, provision the rules, start the gateway and the kernel
     /// sandbox, run install hooks under install grants, then the command under runtime
     /// grants, and report what was refused. Each port a kit publishes (port@1) is
-    /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts; an
+    /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts, by
+    /// the invoking user and root only; an
     /// ssh-agent@1 grant relays the host's agent (`SSH_AUTH_SOCK`), for listing keys and
     /// signing within its phases and bounds only; git-identity@1 gets the host's global
     /// git name and email (or --git-identity). Without `--kit`, a built-in shell with no

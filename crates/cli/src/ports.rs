@@ -7,12 +7,16 @@
 //! ([`capgate_sandbox::Dialer`]) and this process connects: Landlock and seccomp bind the
 //! sandbox's processes, not the caller, so any port that listens inside can be published,
 //! while nothing inside can use the dialer to reach out.
+//!
+//! Only the user who runs the sandbox (and root) may reach a published port: the owner of
+//! each connecting socket is asked of the kernel ([`crate::peer`]) before anything is
+//! relayed, and a connection or datagram of another local user is dropped and said.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use capgate_resolve::plan::Plan;
@@ -34,6 +38,8 @@ const UDP_QUEUE: usize = 8;
 const TCP_CONNECTIONS: usize = 256;
 /// Largest datagram relayed.
 const UDP_MAX: usize = 65_535;
+/// Refused peers said on stderr per port; further refusals are counted, not said.
+const REFUSALS_SAID: usize = 8;
 
 /// A port published for this run.
 #[derive(Debug, Clone)]
@@ -125,6 +131,7 @@ pub fn publish(
                     Arc::new(socket),
                     Arc::clone(&dialer),
                     port.container,
+                    port.key(),
                 ));
                 host
             }
@@ -170,20 +177,66 @@ async fn connect_inside(dialer: &Arc<Dialer>, port: u16) -> io::Result<TcpStream
     Err(refused.unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into()))
 }
 
+/// Why the host peer `from` may not reach the published port at `local`, if it may not:
+/// its socket belongs to another user, or its owner cannot be told (fail closed). The
+/// first [`REFUSALS_SAID`] refusals of a port are said on stderr.
+fn refused(
+    transport: crate::peer::Transport,
+    from: SocketAddr,
+    local: SocketAddr,
+    key: &str,
+    refusals: &AtomicUsize,
+) -> bool {
+    let why = match (from, local) {
+        (SocketAddr::V4(from), SocketAddr::V4(local)) => {
+            match crate::peer::owner(transport, from, local) {
+                Ok(Some(uid)) if crate::peer::may_reach(uid) => return false,
+                Ok(Some(uid)) => format!("its socket belongs to uid {uid}"),
+                Ok(None) => "the kernel knows no owner of its socket".to_owned(),
+                Err(e) => format!("its owner could not be asked ({e})"),
+            }
+        }
+        _ => "it is not on IPv4 loopback".to_owned(),
+    };
+    let n = refusals.fetch_add(1, Ordering::Relaxed);
+    if n < REFUSALS_SAID {
+        let more = if n + 1 == REFUSALS_SAID {
+            " (further refusals of this port are not said)"
+        } else {
+            ""
+        };
+        let who = match rustix::process::geteuid().as_raw() {
+            0 => "root (who runs this sandbox)".to_owned(),
+            uid => format!("uid {uid} (who runs this sandbox) and root"),
+        };
+        eprintln!(
+            "capgate: published port {key}: refused {from}: {why}; only {who} may reach it{more}"
+        );
+    }
+    true
+}
+
 async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: String) {
     // Said once per port: why connections to it are closed at once.
     let said = Arc::new(AtomicBool::new(false));
+    let refusals = AtomicUsize::new(0);
     let slots = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
     loop {
         // A connection is accepted only with a slot free (the rest wait in the backlog).
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        let Ok((mut client, _)) = listener.accept().await else {
+        let Ok((mut client, from)) = listener.accept().await else {
             // Out of descriptors, say: let it pass rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
+        let Ok(local) = client.local_addr() else {
+            continue;
+        };
+        if refused(crate::peer::Transport::Tcp, from, local, &key, &refusals) {
+            continue;
+        }
         let dialer = Arc::clone(&dialer);
         let said = Arc::clone(&said);
         let key = key.clone();
@@ -205,13 +258,22 @@ async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: S
     }
 }
 
-async fn serve_udp(host: Arc<UdpSocket>, dialer: Arc<Dialer>, port: u16) {
+async fn serve_udp(host: Arc<UdpSocket>, dialer: Arc<Dialer>, port: u16, key: String) {
     let mut peers: HashMap<SocketAddr, mpsc::Sender<Vec<u8>>> = HashMap::new();
+    let refusals = AtomicUsize::new(0);
+    let Ok(local) = host.local_addr() else {
+        return;
+    };
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let Ok((n, peer)) = host.recv_from(&mut buf).await else {
             continue;
         };
+        // Every datagram is judged (one netlink round trip): a peer's port may have passed
+        // to another user's socket since its last one.
+        if refused(crate::peer::Transport::Udp, peer, local, &key, &refusals) {
+            continue;
+        }
         let datagram = buf[..n].to_vec();
         if let Some(tx) = peers.get(&peer) {
             match tx.try_send(datagram) {

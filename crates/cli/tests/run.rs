@@ -842,11 +842,10 @@ fn a_normal_user_runs_confined_without_its_groups() {
     }
 }
 
-/// A capability the resolver accepts but `capgate run` does not provide yet is named on
-/// stderr, not silently dropped; the workload still runs.
 /// port@1: each published port gets a listener on the host's loopback, on a port the
 /// kernel picks, named on stderr; TCP connections and UDP datagrams reach the server
-/// inside and its answers come back. A port the kit does not publish is not reachable.
+/// inside and its answers come back. A port the kit does not publish is not reachable,
+/// and another local user reaches none (as root, the test is that user too).
 #[test]
 fn published_ports_reach_servers_inside_from_the_hosts_loopback() {
     let env = setup();
@@ -906,6 +905,13 @@ print('served', flush=True)
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line, "listening\n");
 
+    // The attack: another local user (nobody) connects and sends first. The server inside
+    // takes one connection and one datagram: had either passed, the twin below would fail.
+    let stranger = stranger_tries(published["8000/tcp (web)"], published["9000/udp"]);
+    if let Some(got) = &stranger {
+        assert_eq!(got, "tcp: b''\nudp: timeout\n", "{said}");
+    }
+
     let mut tcp = std::net::TcpStream::connect(published["8000/tcp (web)"]).unwrap();
     tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
@@ -934,8 +940,65 @@ print('served', flush=True)
         !rest.contains("8001") && !said.contains("8001"),
         "{said}{rest}"
     );
+    if stranger.is_some() {
+        for what in ["8000/tcp", "9000/udp"] {
+            assert!(
+                rest.contains(&format!("capgate: published port {what}: refused 127.0.0.1:"))
+                    && rest.contains("its socket belongs to uid 65534; only root (who runs this sandbox) may reach it"),
+                "{what}: {rest}"
+            );
+        }
+    }
     // The run is over: its host listeners are closed.
     assert!(std::net::TcpStream::connect(published["8000/tcp (web)"]).is_err());
+}
+
+/// As another local user (nobody, 65534; only root can be one): connects to `tcp`, sends,
+/// and reads what comes back until the end; sends a datagram to `udp` and waits 2 s for an
+/// answer. Returns what it saw, `None` when the test does not run as root.
+fn stranger_tries(tcp: std::net::SocketAddr, udp: std::net::SocketAddr) -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("the stranger is skipped: only root can act as another user");
+        return None;
+    }
+    let script = format!(
+        r#"
+import socket
+t = socket.create_connection(('127.0.0.1', {}), timeout=10)
+t.sendall(b'evil')
+got = b''
+try:
+    while True:
+        b = t.recv(64)
+        if not b: break
+        got += b
+except ConnectionResetError: pass
+print('tcp:', got)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+u.sendto(b'evil', ('127.0.0.1', {}))
+try: print('udp:', u.recvfrom(64)[0])
+except socket.timeout: print('udp: timeout')
+"#,
+        tcp.port(),
+        udp.port()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
 }
 
 /// With --mount the workload writes the host workspace: a kit (or the lock) kept there

@@ -1,0 +1,247 @@
+//! Who is on the other end of a loopback connection: the owner (uid) of the peer's socket,
+//! asked of the kernel with sock_diag (`NETLINK_SOCK_DIAG`, as `ss` asks), by the exact
+//! addresses, so it costs one round trip however many sockets the host has.
+//!
+//! Published ports (port@1) serve only the user who runs the sandbox (and root): another
+//! local user reaching a service inside would act with the sandbox's grants, and through
+//! its gateway with the user's credentials.
+
+use std::io;
+use std::net::SocketAddrV4;
+
+use rustix::net::netlink::{SOCK_DIAG, SocketAddrNetlink};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+/// The transport of the socket to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+/// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLM_F_REQUEST: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+/// `TCP_TIME_WAIT`: a socket its process has let go; the kernel reports uid 0 for it.
+const TCP_TIME_WAIT: u8 = 6;
+/// `INET_DIAG_NOCOOKIE`: match by addresses only.
+const NO_COOKIE: u32 = u32::MAX;
+/// Where `idiag_uid` stands in a reply: after the 16-byte netlink header, four bytes of
+/// family/state/timer/retrans, the 48-byte socket id and expires/rqueue/wqueue.
+const UID_AT: usize = 16 + 4 + 48 + 12;
+const STATE_AT: usize = 16 + 1;
+
+/// The uid owning the socket bound to `peer` (`local` is this end: the published port).
+/// For TCP that is the connection `peer` → `local`; for UDP the socket that receives what
+/// is sent to `peer`. `None` when the kernel knows no such socket, or only a TCP socket in
+/// TIME_WAIT (which no process owns any more).
+pub fn owner(
+    transport: Transport,
+    peer: SocketAddrV4,
+    local: SocketAddrV4,
+) -> io::Result<Option<u32>> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        Some(SOCK_DIAG),
+    )?;
+    let request = request(transport, peer, local);
+    rustix::net::sendto(
+        &fd,
+        &request,
+        SendFlags::empty(),
+        &SocketAddrNetlink::new(0, 0),
+    )?;
+    let mut reply = [0u8; 512];
+    let (got, _) = rustix::net::recv(&fd, &mut reply, RecvFlags::empty())?;
+    parse(&reply[..got.min(reply.len())], transport)
+}
+
+/// An exact-match `inet_diag_req_v2` for the socket whose own address is `peer` (TCP:
+/// connected to `local`); for UDP the kernel finds the socket that would receive from
+/// `local` to `peer`, so the two are given the other way round.
+fn request(transport: Transport, peer: SocketAddrV4, local: SocketAddrV4) -> Vec<u8> {
+    let (protocol, src, dst) = match transport {
+        Transport::Tcp => (ip_proto::TCP, peer, local),
+        Transport::Udp => (ip_proto::UDP, local, peer),
+    };
+    let mut m = Vec::with_capacity(72);
+    m.extend_from_slice(&72u32.to_ne_bytes()); // nlmsg_len
+    m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    m.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
+    m.push(2); // AF_INET
+    m.push(protocol);
+    m.push(0); // no extensions
+    m.push(0);
+    m.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    // inet_diag_sockid: ports and addresses in network order.
+    m.extend_from_slice(&src.port().to_be_bytes());
+    m.extend_from_slice(&dst.port().to_be_bytes());
+    m.extend_from_slice(&src.ip().octets());
+    m.extend_from_slice(&[0; 12]);
+    m.extend_from_slice(&dst.ip().octets());
+    m.extend_from_slice(&[0; 12]);
+    m.extend_from_slice(&0u32.to_ne_bytes()); // any interface
+    m.extend_from_slice(&NO_COOKIE.to_ne_bytes());
+    m.extend_from_slice(&NO_COOKIE.to_ne_bytes());
+    debug_assert_eq!(m.len(), 72);
+    m
+}
+
+/// IP protocol numbers.
+mod ip_proto {
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+}
+
+/// The uid of a `SOCK_DIAG_BY_FAMILY` reply; an `NLMSG_ERROR` of ENOENT is "no such socket".
+fn parse(reply: &[u8], transport: Transport) -> io::Result<Option<u32>> {
+    let u16_at = |at: usize| {
+        reply
+            .get(at..at + 2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+    };
+    let u32_at = |at: usize| {
+        reply
+            .get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let truncated = || io::Error::new(io::ErrorKind::InvalidData, "a short sock_diag reply");
+    match u16_at(4).ok_or_else(truncated)? {
+        NLMSG_ERROR => {
+            let errno = i32::from_ne_bytes(u32_at(16).ok_or_else(truncated)?.to_ne_bytes());
+            match -errno {
+                0 | 2 => Ok(None), // ENOENT: no such socket
+                e => Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+        SOCK_DIAG_BY_FAMILY => {
+            let state = *reply.get(STATE_AT).ok_or_else(truncated)?;
+            if transport == Transport::Tcp && state == TCP_TIME_WAIT {
+                return Ok(None);
+            }
+            Ok(Some(u32_at(UID_AT).ok_or_else(truncated)?))
+        }
+        other => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("an unexpected sock_diag reply (type {other})"),
+        )),
+    }
+}
+
+/// Whether `uid` may reach what this process publishes: its own user, and root.
+pub fn may_reach(uid: u32) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+
+    fn v4(a: SocketAddr) -> SocketAddrV4 {
+        match a {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => panic!("not IPv4"),
+        }
+    }
+
+    fn me() -> u32 {
+        rustix::process::geteuid().as_raw()
+    }
+
+    #[test]
+    fn a_tcp_peer_is_owned_by_this_process_user_and_a_stranger_address_by_no_one() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (served, peer) = listener.accept().unwrap();
+        let local = v4(served.local_addr().unwrap());
+        assert_eq!(v4(peer), v4(client.local_addr().unwrap()));
+        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), Some(me()));
+        // A port nobody is connected from.
+        let nobody = SocketAddrV4::new(Ipv4Addr::LOCALHOST, v4(peer).port() ^ 1);
+        assert_eq!(owner(Transport::Tcp, nobody, local).unwrap(), None);
+        // Closed first by the client: TIME_WAIT on its side, which no one owns.
+        drop(client);
+        drop(served);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), None);
+    }
+
+    #[test]
+    fn a_udp_peer_is_owned_by_this_process_user_whether_bound_to_loopback_or_any() {
+        let served = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let local = v4(served.local_addr().unwrap());
+        for bind in [Ipv4Addr::LOCALHOST, Ipv4Addr::UNSPECIFIED] {
+            let client = UdpSocket::bind((bind, 0)).unwrap();
+            client.send_to(b"x", local).unwrap();
+            let mut buf = [0u8; 4];
+            let (_, peer) = served.recv_from(&mut buf).unwrap();
+            assert_eq!(
+                owner(Transport::Udp, v4(peer), local).unwrap(),
+                Some(me()),
+                "{bind}"
+            );
+            drop(client);
+            assert_eq!(
+                owner(Transport::Udp, v4(peer), local).unwrap(),
+                None,
+                "{bind}"
+            );
+        }
+    }
+
+    /// A TCP client of `to` in a process of another user (nobody, 65534), as only root can
+    /// make one: its own address, and the process (killed on drop of the child by the test).
+    fn stranger_connects(to: SocketAddr) -> Option<(std::process::Child, SocketAddrV4)> {
+        if me() != 0 {
+            return None;
+        }
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+            .arg(format!(
+                "import socket, sys, time\ns = socket.create_connection(('127.0.0.1', {}))\nprint(s.getsockname()[1], flush=True)\ntime.sleep(30)",
+                to.port()
+            ))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line.trim().parse().unwrap();
+        Some((child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// As root, the uid read is another user's, not 0 (which a misread field would give).
+    #[test]
+    fn a_tcp_peer_of_another_user_is_owned_by_that_user() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let Some((mut child, peer)) = stranger_connects(listener.local_addr().unwrap()) else {
+            eprintln!("skipped: only root can make a client of another user");
+            return;
+        };
+        let (served, from) = listener.accept().unwrap();
+        assert_eq!(v4(from), peer);
+        let local = v4(served.local_addr().unwrap());
+        let found = owner(Transport::Tcp, peer, local).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found, Some(65534));
+        assert!(!may_reach(65534));
+    }
+
+    #[test]
+    fn only_this_user_and_root_may_reach() {
+        assert!(may_reach(me()));
+        assert!(may_reach(0));
+        assert!(!may_reach(me().wrapping_add(1).max(1)));
+    }
+}
