@@ -268,7 +268,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// `%HH` escapes decoded (other bytes, and malformed escapes, kept as they are).
-fn percent_decode(input: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decode(input: &[u8]) -> Vec<u8> {
     let hex = |at: usize| input.get(at).copied().and_then(crate::h1::hex_value);
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;

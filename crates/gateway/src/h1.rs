@@ -1175,6 +1175,11 @@ fn parse_absolute_form(target: &[u8]) -> Result<Target, H1Error> {
         return Err(H1Error::UserinfoInTarget);
     }
     split_authority(authority).ok_or(H1Error::InvalidAuthority)?;
+    // Forwarded as the origin-form target: `//host/path` would read as scheme-relative
+    // there, as it does in origin form.
+    if path_and_query.starts_with(b"//") {
+        return Err(H1Error::InvalidTarget);
+    }
     let path_and_query = match path_and_query.first() {
         None => "/".to_owned(),
         Some(b'?') => format!("/{}", ascii_string(path_and_query)),

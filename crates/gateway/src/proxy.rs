@@ -402,6 +402,19 @@ impl Gateway {
                 ),
             );
         }
+        if let Some(other) = query_methods(path_and_query)
+            .into_iter()
+            .find(|m| !m.eq_ignore_ascii_case(method.as_bytes()))
+        {
+            // Laravel, Symfony and Express' method-override (with a query getter) read it.
+            return Verdict::refused(
+                Reason::MalformedRequest,
+                format!(
+                    "the request is `{method}` but its query's `_method` names `{}`; it has no single reading",
+                    String::from_utf8_lossy(&other).escape_default()
+                ),
+            );
+        }
         let request = http_request(method, path);
         let verdict = self.decide(target, port, carried_http(tls_upstream), Some(request));
         let phase = self.cfg().phase.get();
@@ -1881,6 +1894,22 @@ const METHOD_OVERRIDES: [&str; 3] = [
     "x-http-method",
     "x-method-override",
 ];
+
+/// The methods the `_method` parameters of a request's query name (keys and values
+/// percent-decoded), which some frameworks run instead of the request's method.
+fn query_methods(path_and_query: &str) -> Vec<Vec<u8>> {
+    let Some((_, query)) = path_and_query.split_once('?') else {
+        return Vec::new();
+    };
+    query
+        .split('&')
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (crate::broker::percent_decode(key.as_bytes()) == b"_method")
+                .then(|| crate::broker::percent_decode(value.as_bytes()))
+        })
+        .collect()
+}
 
 /// The request a rule judges: the method (an extension method, or one in another letter
 /// case, as `ANY`, which only method-less rules match) and the path as sent.

@@ -1747,13 +1747,37 @@ async fn a_known_method_in_another_letter_case_is_refused() {
     );
     let out = raw_exchange(&h, overridden("POST").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    // The same in the query (`_method`, which Laravel, Symfony and Express' method-override
+    // read), however it is spelled; the twin names the method itself.
+    let in_query = |query: &str| {
+        format!(
+            "POST http://plain.test:{port}/admin/users/1?{query} HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    };
+    for query in [
+        "_method=DELETE",
+        "a=1&%5Fmethod=delete",
+        "_method=POST&_method=DELETE",
+    ] {
+        let out = raw_exchange(&h, in_query(query).as_bytes()).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403") && out.contains("X-Capgate-Reason: malformed_request"),
+            "{query}: {out}"
+        );
+    }
+    let out = raw_exchange(&h, in_query("_method=post&method=DELETE").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     // An allowed method in upper case still passes; no refused request reached the upstream.
     let out = raw_exchange(&h, send("GET").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     let seen = h.seen["plain.test"].lock().unwrap().requests.clone();
-    assert_eq!(seen.len(), 2, "{seen:?}");
-    assert!(seen[0].starts_with("POST /admin/users/1"), "{seen:?}");
-    assert!(seen[1].starts_with("GET /admin/users/1"), "{seen:?}");
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen[0].starts_with("POST /admin/users/1 "), "{seen:?}");
+    assert!(
+        seen[1].starts_with("POST /admin/users/1?_method=post&method=DELETE "),
+        "{seen:?}"
+    );
+    assert!(seen[2].starts_with("GET /admin/users/1"), "{seen:?}");
 }
 
 /// `;` starts path parameters on Tomcat, Jetty and Spring, which cut them off before

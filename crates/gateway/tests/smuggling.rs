@@ -477,6 +477,23 @@ fn corpus() -> Vec<Case> {
             Refused(H1Error::InvalidTarget),
         ),
         case(
+            "absolute_form_scheme_relative_path",
+            b"GET http://allowed.com//evil.com/x HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            Refused(H1Error::InvalidTarget),
+        ),
+        case(
+            "absolute_form_single_slash_path",
+            b"GET http://allowed.com/evil.com//x HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            HeadWithTarget(
+                Framing::None,
+                Target::Absolute {
+                    scheme: "http".into(),
+                    authority: "allowed.com".into(),
+                    path_and_query: "/evil.com//x".into(),
+                },
+            ),
+        ),
+        case(
             "fragment_in_target",
             b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n",
             Refused(H1Error::InvalidTarget),
