@@ -35,14 +35,20 @@ pub enum Outcome {
 /// Runs copy-back from the overlay upper directory `upper` into the host directory
 /// `workspace`, and says what it did on stderr. An error means nothing was applied (a
 /// change that cannot be applied alone is refused and named, the others applied).
-pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> Result<Outcome> {
+pub fn copy_back(
+    upper: &Path,
+    workspace: &Path,
+    sandbox: &str,
+    data: &Path,
+    kit_files: &[PathBuf],
+) -> Result<Outcome> {
     let found = copyback::scan(upper, &Limits::default()).with_context(|| {
         format!(
             "cannot read the workload's changes in `{}`",
             upper.display()
         )
     })?;
-    let also = host_runners(workspace)?;
+    let also = host_runners(workspace, kit_files)?;
     let mut apply = Vec::new();
     let mut divert: Vec<(Change, &str)> = Vec::new();
     let mut metadata = 0usize;
@@ -91,12 +97,12 @@ pub fn copy_back(upper: &Path, workspace: &Path, sandbox: &str, data: &Path) -> 
     match &diverted {
         Diverted::Nothing => {}
         Diverted::Branch { branch, commit } => say(format!(
-            "{} NOT applied (files the host runs, or links); committed on branch {branch} ({}), review with: git diff HEAD {branch}",
+            "{} NOT applied (files the host runs, this sandbox's kits and lock, or links); committed on branch {branch} ({}), review with: git diff HEAD {branch}",
             count(divert.len(), "change"),
             &commit[..commit.len().min(12)]
         )),
         Diverted::Folder(dir) => say(format!(
-            "{} NOT applied (files the host runs, or links); saved in {} for review",
+            "{} NOT applied (files the host runs, this sandbox's kits and lock, or links); saved in {} for review",
             count(divert.len(), "change"),
             dir.display()
         )),
@@ -136,8 +142,13 @@ fn is_path_key(key: &str) -> bool {
 /// repositories); a larger tree cannot be checked, and copy-back refuses it.
 const TREE_WALK_LIMIT: usize = 1_000_000;
 
+/// Why a change to a kit file is diverted (see [`host_runners`]).
+const KIT_FILE_REASON: &str = "a kit or the lock of this sandbox: applied, the next run would approve the workload's own grants and hooks";
+
 /// Host paths inside `workspace` that are runners by the host's own doing, beyond
 /// [`copyback::RUNNERS`], as workspace-relative paths:
+/// - `kit_files`, the files the composition is read from (its kits' descriptors and
+///   bodies, its lock);
 /// - for the repository around the workspace and every repository nested in it: each
 ///   configuration file git reads (all scopes), every path its values name (a path key's
 ///   whole value; other values' words that hold a `/`: programs of filters, drivers,
@@ -150,9 +161,12 @@ const TREE_WALK_LIMIT: usize = 1_000_000;
 /// link on its way and where the links lead, and, for a directory, with the targets of
 /// the links in it. Fails (and copy-back applies nothing) when git cannot read a
 /// repository that is there, or the tree is larger than [`TREE_WALK_LIMIT`].
-fn host_runners(workspace: &Path) -> Result<Vec<(PathBuf, &'static str)>> {
+fn host_runners(workspace: &Path, kit_files: &[PathBuf]) -> Result<Vec<(PathBuf, &'static str)>> {
     let root = std::fs::canonicalize(workspace)?;
-    let mut named: Vec<(PathBuf, &'static str)> = Vec::new();
+    let mut named: Vec<(PathBuf, &'static str)> = kit_files
+        .iter()
+        .map(|p| (normalize(p), KIT_FILE_REASON))
+        .collect();
     let mut repos = vec![root.clone()];
     let mut budget = TREE_WALK_LIMIT;
     let mut stack = vec![root.clone()];

@@ -481,7 +481,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
     let mut store = open_store()?;
     let provisioned = provision(&create, &mut store, ephemeral);
-    let Ok(Ok(Provisioned { plan, base })) = provisioned else {
+    let Ok(Ok(provisioned)) = provisioned else {
         // Nothing of the sandbox was made but its directory and lock: one this run made
         // (an ephemeral one, a new name) leaves nothing behind.
         if fresh {
@@ -489,7 +489,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
     };
-    let outcome = run_provisioned(args, (&name, &plan, &base), &mut store, prepared);
+    let outcome = run_provisioned(args, (&name, &provisioned), &mut store, prepared);
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Err(e) = dir.remove() {
@@ -501,10 +501,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
 fn run_provisioned(
     args: &RunArgs,
-    (name, plan, base): (&str, &Plan, &Path),
+    (name, provisioned): (&str, &Provisioned),
     store: &mut capgate_policy::Store,
     prepared: Result<Prepared, SandboxError>,
 ) -> Result<u8> {
+    let (plan, base) = (&provisioned.plan, provisioned.base.as_path());
     let started = Timestamp::now();
     // Seed 002 flags pack versions: a workload kit that states capgate's pack types
     // (`dev.capgate/…`). Other kits' refusals (a denied telemetry host) are routine.
@@ -910,7 +911,9 @@ fn run_provisioned(
     runtime.shutdown_background();
     if args.copy_back {
         let upper = spec.state_dir.join("upper");
-        let outcome = crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data);
+        let guarded = kit_files(provisioned);
+        let outcome =
+            crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data, &guarded);
         if let Err(e) = &outcome {
             eprintln!(
                 "capgate: copy-back failed, nothing was applied: {}",
@@ -976,6 +979,39 @@ fn run_provisioned(
         return Ok(exit::VIOLATION);
     }
     Ok(code)
+}
+
+/// The host files the composition is read from: each kit's descriptor and the bodies its
+/// agent-context@1 entries read (`contentFile`), and the lock. Copy-back diverts the
+/// workload's changes to them: applied, the next run would approve the workload's own
+/// grants and hooks.
+fn kit_files(provisioned: &Provisioned) -> Vec<PathBuf> {
+    let mut out = vec![provisioned.lock.clone()];
+    for unit in provisioned.plan.layered_units() {
+        let kit = provisioned.base.join(&unit.reference);
+        let Ok(descriptor) = crate::kitref::descriptor_path(&kit) else {
+            continue;
+        };
+        let dir = if kit.is_dir() {
+            kit.clone()
+        } else {
+            descriptor
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default()
+        };
+        for (_, entry) in unit.descriptor.declared_entries() {
+            if let Some(Capability::AgentContext(c)) = &entry.capability
+                && let Some(file) = c.content_file.as_deref().filter(|f| !f.is_empty())
+            {
+                out.push(dir.join(file));
+            }
+        }
+        out.push(descriptor);
+    }
+    out.into_iter()
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect()
 }
 
 /// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between

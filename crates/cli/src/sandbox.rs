@@ -126,11 +126,12 @@ pub fn lock_location(
     Ok(Some((lock_path, base)))
 }
 
-/// A provisioned composition and the directory its kit references are relative to (the
-/// lock's).
+/// A provisioned composition, the directory its kit references are relative to (the
+/// lock's), and its lock.
 pub struct Provisioned {
     pub plan: Plan,
     pub base: PathBuf,
+    pub lock: PathBuf,
 }
 
 /// Resolves, gates against the lock, records the sandbox and provisions its kit rules, then
@@ -192,7 +193,11 @@ pub fn provision(
     dir.create()?;
     dir.write_composition(&plan.composed.descriptor(), !ephemeral)?;
     dir.sentinels(&credential_services(&plan))?;
-    Ok(Ok(Provisioned { plan, base }))
+    Ok(Ok(Provisioned {
+        plan,
+        base,
+        lock: lock_path,
+    }))
 }
 
 #[derive(Serialize)]
