@@ -216,6 +216,15 @@ pub fn config(
         None => None,
     };
     let audit = AuditWriter::spawn(&data_dir()?.join("policy.db"))?;
+    // `capgate run` gets here after its sandbox's helper has started: the workload keeps
+    // the descriptor limit it was given.
+    let mut limits = Limits::default();
+    if let Some((wanted, available)) = limits.fit_descriptors() {
+        eprintln!(
+            "capgate: WARNING: this process may open {available} descriptors (ulimit -n): the gateway of `{sandbox}` takes {} connections at once, not {wanted}",
+            limits.max_connections
+        );
+    }
     Ok(GatewayConfig {
         sandbox: sandbox.to_owned(),
         policy: Arc::new(PolicyView::new(Matcher::compile(rules))),
@@ -226,7 +235,7 @@ pub fn config(
         upstream_tls: upstream_client_config(extra.as_deref())?,
         broker,
         audit: Some(Arc::new(audit)),
-        limits: Limits::default(),
+        limits,
         read_only,
     })
 }

@@ -267,3 +267,89 @@ fn env_of_a_missing_sandbox_says_so_and_makes_nothing() {
     );
     assert!(!h.0.path().join("home/ca").exists());
 }
+
+/// A client that opens more connections than the gateway has descriptors for does not
+/// stop it. Under a descriptor limit of 256 the gateway takes at most 48 connections at
+/// once (and says so); 400 idle HTTP and 400 idle SOCKS connections get refusals or wait,
+/// and once they are gone, a request is served again by the same process.
+#[test]
+fn a_flood_of_idle_connections_does_not_stop_the_gateway() {
+    let h = Home(tempfile::tempdir().unwrap());
+    std::fs::create_dir_all(h.0.path().join("kit")).unwrap();
+    std::fs::write(
+        h.0.path().join("kit/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        h.run(&["create", "gw", "--kit", "kit"], None).status.code(),
+        Some(0)
+    );
+    let up = upstream();
+    let (port, socks) = (free_port(), free_port());
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--nofile=256:256", BIN])
+        .args([
+            "gateway",
+            "--sandbox",
+            "gw",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--socks",
+            &format!("127.0.0.1:{socks}"),
+            "--dangerously-resolve",
+            "svc.test=127.0.0.1",
+        ])
+        .current_dir(h.0.path())
+        .env("CAPGATE_HOME", h.0.path().join("home"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut gateway = Killed(cmd.spawn().expect("prlimit (util-linux) must be installed"));
+    let url = format!("http://svc.test:{up}/");
+    let start = Instant::now();
+    while curl_code(port, &url) != "200" {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the gateway did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut held = Vec::new();
+    for listener in [port, socks] {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], listener));
+        for _ in 0..400 {
+            if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                held.push(s);
+            }
+        }
+    }
+    assert!(held.len() > 300, "{} connections", held.len());
+    // Still running, and serving again once the flood is gone.
+    assert!(
+        gateway.0.try_wait().unwrap().is_none(),
+        "the gateway stopped"
+    );
+    drop(held);
+    let start = Instant::now();
+    while curl_code(port, &url) != "200" {
+        assert!(
+            gateway.0.try_wait().unwrap().is_none(),
+            "the gateway stopped"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the gateway did not serve again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &gateway.0.id().to_string()])
+        .status();
+    let _ = gateway.0.wait();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut gateway.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("this process may open 256 descriptors (ulimit -n): the gateway of `gw` takes 48 connections at once, not 1024"),
+        "{stderr}"
+    );
+}

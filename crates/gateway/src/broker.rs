@@ -31,12 +31,21 @@ pub struct Injection {
 pub struct Exfiltration {
     /// The service whose sentinel was found.
     pub service: String,
-    /// Where it was found (a header name, or `request target`).
+    /// Where it was found (a header name, or `request target`); for an echo, the method.
     pub place: String,
+    /// Not a sentinel sent out but a request the server answers with itself (TRACE),
+    /// credential included, where the credential is injected.
+    pub echo: bool,
 }
 
 impl Exfiltration {
     pub fn message(&self, host: &str) -> String {
+        if self.echo {
+            return format!(
+                "`{}` asks `{host}` to send the request back, with the `{}` credential capgate adds there: refused where a credential is injected",
+                self.place, self.service
+            );
+        }
         format!(
             "the `{}` credential's sentinel was sent to `{host}` in {}, where that credential is not injected",
             self.service, self.place
@@ -154,6 +163,19 @@ impl Broker {
     ) -> Result<Vec<String>, Exfiltration> {
         let injected_here = self.injected_here(host, phase, tls_upstream);
         self.scan(&injected_here, method, target, headers)?;
+        // TRACE is answered with the request as the server received it: the real secret
+        // would come back to the workload.
+        if method == "TRACE"
+            && let Some(inj) = injected_here
+                .iter()
+                .find(|i| self.secrets.contains_key(&i.service))
+        {
+            return Err(Exfiltration {
+                service: inj.service.clone(),
+                place: method.to_owned(),
+                echo: true,
+            });
+        }
         let mut done = Vec::new();
         for inj in injected_here {
             let Some(secret) = self.secrets.get(&inj.service) else {
@@ -233,6 +255,7 @@ impl Broker {
                 Err(Exfiltration {
                     service: service.clone(),
                     place,
+                    echo: false,
                 })
             };
             if contains(method.as_bytes(), sentinel) {

@@ -130,6 +130,41 @@ impl Default for Limits {
     }
 }
 
+/// Descriptors kept free for what is not a connection (listeners, the audit store, the
+/// resolver, files), beside [`DESCRIPTORS_PER_CONNECTION`] per connection.
+const DESCRIPTOR_RESERVE: u64 = 64;
+/// What one connection may hold: the client, the upstream, and a pipe for splicing.
+const DESCRIPTORS_PER_CONNECTION: u64 = 4;
+
+impl Limits {
+    /// Raises this process's soft descriptor limit (`ulimit -n`) to its hard one, and
+    /// bounds `max_connections` by what the limit holds, so that the limit on connections
+    /// answers (503) before the process runs out of descriptors. Returns the connections
+    /// the descriptor limit cut off, if any (the caller may say so).
+    pub fn fit_descriptors(&mut self) -> Option<(usize, u64)> {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let mut limit = getrlimit(Resource::Nofile);
+        if limit.current < limit.maximum {
+            let raised = rustix::process::Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            };
+            if setrlimit(Resource::Nofile, raised).is_ok() {
+                limit = raised;
+            }
+        }
+        let available = limit.current?;
+        let fits = available.saturating_sub(DESCRIPTOR_RESERVE) / DESCRIPTORS_PER_CONNECTION;
+        let fits = usize::try_from(fits).unwrap_or(usize::MAX).max(1);
+        if fits < self.max_connections {
+            let wanted = self.max_connections;
+            self.max_connections = fits;
+            return Some((wanted, available));
+        }
+        None
+    }
+}
+
 /// Everything one sandbox's gateway needs.
 pub struct GatewayConfig {
     pub sandbox: String,
@@ -172,6 +207,11 @@ pub struct Gateway {
 struct Inner {
     cfg: GatewayConfig,
     connections: Semaphore,
+    /// SOCKS connections beyond `connections` whose request is still read (to refuse it
+    /// with an answer); beyond these, a connection is closed at once.
+    overflow: Semaphore,
+    /// Whether a failed `accept` was said on stderr (once per gateway).
+    accept_failure_said: AtomicBool,
     /// `cfg.upstream_tls` offering `h2` before `http/1.1`: for a tunnel whose client
     /// offered `h2` (see [`crate::http2`]).
     upstream_tls_h2: Arc<rustls::ClientConfig>,
@@ -198,6 +238,11 @@ impl Io for tokio_rustls::client::TlsStream<TcpStream> {}
 /// Serving stopped on an I/O error (the client was answered where it could be).
 type Served = std::io::Result<()>;
 
+/// Connections over the sandbox's limit whose request is still read, to answer it.
+const OVERFLOW: usize = 64;
+/// How long the accept loop waits after a failed `accept` before trying again.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
 impl Gateway {
     pub fn new(cfg: GatewayConfig) -> Gateway {
         let max = cfg.limits.max_connections;
@@ -207,6 +252,8 @@ impl Gateway {
             inner: Arc::new(Inner {
                 cfg,
                 connections: Semaphore::new(max),
+                overflow: Semaphore::new(OVERFLOW),
+                accept_failure_said: AtomicBool::new(false),
                 upstream_tls_h2: Arc::new(h2),
             }),
         }
@@ -216,14 +263,37 @@ impl Gateway {
         &self.inner.cfg.phase
     }
 
-    /// Accepts HTTP proxy connections (CONNECT and absolute-form) until the listener fails.
+    /// Accepts HTTP proxy connections (CONNECT and absolute-form) for as long as it runs.
     pub async fn serve_http(&self, listener: TcpListener) -> std::io::Result<()> {
         loop {
-            let (stream, _) = listener.accept().await?;
+            let Some(stream) = self.accept(&listener).await else {
+                continue;
+            };
             let gw = self.clone();
             tokio::spawn(async move {
                 gw.client(stream).await;
             });
+        }
+    }
+
+    /// The next connection of `listener`, or `None` after a failed `accept` (out of
+    /// descriptors, say: a client holding many connections must not stop the gateway).
+    /// A failure is recorded, said once on stderr, and followed by a short pause, so that
+    /// the pending connections wait in the backlog until descriptors are free.
+    pub(crate) async fn accept(&self, listener: &TcpListener) -> Option<TcpStream> {
+        match listener.accept().await {
+            Ok((stream, _)) => Some(stream),
+            Err(e) => {
+                if !self.inner.accept_failure_said.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "capgate: gateway of sandbox `{}`: cannot accept a connection ({e}); new connections wait until it can",
+                        self.sandbox()
+                    );
+                }
+                self.audit_simple("(connection)", 0, Decision::Deny, Reason::LimitExceeded);
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+                None
+            }
         }
     }
 
@@ -252,6 +322,12 @@ impl Gateway {
     /// while the connection lives; `None` when all are taken.
     pub(crate) fn connection_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         self.inner.connections.try_acquire().ok()
+    }
+
+    /// A slot for reading the request of a connection over the limit, to refuse it with
+    /// an answer; `None` when [`OVERFLOW`] such connections are already waiting.
+    pub(crate) fn overflow_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.inner.overflow.try_acquire().ok()
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -457,6 +533,7 @@ impl Gateway {
         let exfil = crate::broker::Exfiltration {
             service: service.to_owned(),
             place: "the host name".to_owned(),
+            echo: false,
         };
         Some(exfiltration(exfil.message(host)))
     }
@@ -534,7 +611,7 @@ impl Gateway {
         }
     }
 
-    fn audit_simple(&self, host: &str, port: u16, decision: Decision, reason: Reason) {
+    pub(crate) fn audit_simple(&self, host: &str, port: u16, decision: Decision, reason: Reason) {
         let mut e = AuditEvent::new(self.cfg().sandbox.clone(), host, port, decision, reason);
         e.phase = Some(self.cfg().phase.get());
         self.audit(e);

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use capgate_policy::{Protocol, Reason, Verdict};
+use capgate_policy::{Decision, Protocol, Reason, Verdict};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -24,10 +24,12 @@ const REP_CMD_UNSUPPORTED: u8 = 7;
 const REP_ATYP_UNSUPPORTED: u8 = 8;
 
 impl Gateway {
-    /// Accepts SOCKS5 connections until the listener fails.
+    /// Accepts SOCKS5 connections for as long as it runs.
     pub async fn serve_socks(&self, listener: TcpListener) -> std::io::Result<()> {
         loop {
-            let (stream, _) = listener.accept().await?;
+            let Some(stream) = self.accept(&listener).await else {
+                continue;
+            };
             let gw = self.clone();
             tokio::spawn(async move {
                 let _ = gw.socks_client(stream).await;
@@ -38,8 +40,19 @@ impl Gateway {
     async fn socks_client(&self, mut client: TcpStream) -> std::io::Result<()> {
         let _ = client.set_nodelay(true);
         // The connection counts against the sandbox's limit from the start, like an HTTP
-        // one; over the limit, the request is still read so that the refusal is an answer.
+        // one; over the limit, the request is still read so that the refusal is an answer,
+        // for a few connections at a time: the others are closed at once.
         let permit = self.connection_permit();
+        let _overflow = match permit {
+            Some(_) => None,
+            None => match self.overflow_permit() {
+                Some(slot) => Some(slot),
+                None => {
+                    self.audit_simple("(connection)", 0, Decision::Deny, Reason::LimitExceeded);
+                    return Ok(());
+                }
+            },
+        };
         let wait = self.head_timeout();
         let Ok(request) = timeout(wait, read_request(&mut client)).await else {
             return Ok(());

@@ -704,6 +704,56 @@ async fn the_sentinel_becomes_the_secret_only_on_the_inject_domain() {
     assert!(h.seen["plain.test"].lock().unwrap().requests.is_empty());
 }
 
+/// TRACE is answered with the request as the server received it, so on the inject domain
+/// it would hand the real secret back to the workload, which never sent the sentinel:
+/// refused there (over HTTP/1.1 and HTTP/2), and that upstream sees nothing. Twins: TRACE
+/// to a host where nothing is injected passes, and so does GET on the inject domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_is_refused_where_a_credential_is_injected() {
+    // The rules allow TRACE there: only the broker stands in the way.
+    let trace = rule(
+        "t1",
+        Decision::Allow,
+        &["api.test", "h2.test"],
+        Some(vec![Method::Trace]),
+        Some(vec!["/repos/**"]),
+    );
+    let h = harness_full(true, false, Limits::default(), vec![trace]).await;
+    for (host, version) in [("api.test", "--http1.1"), ("h2.test", "--http2")] {
+        let (_, out) = curl(
+            &h,
+            &[
+                "-i",
+                version,
+                "-X",
+                "TRACE",
+                &url(&h, "https", host, "/repos/x"),
+            ],
+        )
+        .await;
+        assert!(
+            out.contains(" 403") && out.contains("credential_exfiltration"),
+            "{version}: {out}"
+        );
+        assert!(
+            out.contains(&format!("`TRACE` asks `{host}` to send the request back")),
+            "{out}"
+        );
+        assert!(!out.contains("ghp_the_real_secret"), "{out}");
+        assert!(h.seen[host].lock().unwrap().requests.is_empty());
+    }
+    let (code, out) = curl(&h, &["-X", "TRACE", &url(&h, "https", "other.test", "/")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(h.seen["other.test"].lock().unwrap().requests.len(), 1);
+    let (code, out) = curl(&h, &[&url(&h, "https", "api.test", "/repos/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    let seen = h.seen["api.test"].lock().unwrap().requests.clone();
+    assert!(
+        seen[0].contains("Authorization: Bearer ghp_the_real_secret"),
+        "{seen:?}"
+    );
+}
+
 /// Raw bytes to the proxy; returns what it answered.
 async fn raw(h: &Harness, bytes: &[u8]) -> String {
     let mut s = TcpStream::connect(h.proxy).await.unwrap();
