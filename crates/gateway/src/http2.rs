@@ -198,6 +198,8 @@ impl Tunnel {
         let path = path_and_query.split('?').next().unwrap_or("/").to_owned();
         let what = Some((method.as_str(), path.as_str()));
         let host = self.host.as_str();
+        // Read before the judgement: see `Gateway::until_revoked`.
+        let began = self.gw.phase().get();
         // What the rules let through, a read-only tier may still hold back.
         let prepared = self.prepare(parts, &path, &path_and_query).and_then(|ok| {
             match self
@@ -228,7 +230,7 @@ impl Tunnel {
                     .gw
                     .unless_revoked(
                         (&self.target, self.port, Protocol::Https),
-                        http_request(&method, &path),
+                        (http_request(&method, &path), began),
                         self.relay(forward, body, &mut respond),
                     )
                     .await

@@ -542,18 +542,19 @@ impl Gateway {
     /// (an opaque tunnel, a SOCKS connection, a WebSocket) no longer holds: the decision is
     /// taken again at every phase switch and every rule change. An opaque relay (`http`
     /// is `None`) is also revoked when its host now needs inspection. So a connection
-    /// opened under install grants does not carry on into the runtime phase.
+    /// opened under install grants does not carry on into the runtime phase. `began` is
+    /// the phase its grant was decided in, read by the caller before deciding: a switch
+    /// between that decision and this call (the upstream's connect, the 101 already sent)
+    /// is caught by the first decision here, and a read-only sandbox's cut by `began`.
     pub(crate) async fn until_revoked(
         &self,
-        target: &Target,
-        port: u16,
-        carried: Protocol,
+        (target, port, carried): (&Target, u16, Protocol),
         http: Option<HttpRequest>,
+        began: Phase,
     ) -> Verdict {
         let mut phase = self.cfg().phase.changes();
         let mut rules = self.cfg().policy.changes();
         let opaque = http.is_none();
-        let began = self.cfg().phase.get();
         // The grant was decided before these subscriptions: a change in between is caught
         // by deciding once more now, before the first wait.
         let mut first = true;
@@ -591,17 +592,18 @@ impl Gateway {
         }
     }
 
-    /// `work` (a body's relay), unless the grant of `request` to `target:port` stops
-    /// holding first: then `work` is dropped unfinished and the new verdict returned.
+    /// `work` (a body's relay), unless the grant of `request` to `target:port`, decided in
+    /// phase `began`, stops holding first: then `work` is dropped unfinished and the new
+    /// verdict returned.
     pub(crate) async fn unless_revoked<T>(
         &self,
         (target, port, carried): (&Target, u16, Protocol),
-        request: HttpRequest,
+        (request, began): (HttpRequest, Phase),
         work: impl std::future::Future<Output = T>,
     ) -> Result<T, Verdict> {
         tokio::select! {
             done = work => Ok(done),
-            revoked = self.until_revoked(target, port, carried, Some(request)) => Err(revoked),
+            revoked = self.until_revoked((target, port, carried), Some(request), began) => Err(revoked),
         }
     }
 
@@ -875,6 +877,9 @@ impl Gateway {
             return Ok(());
         };
         let host = target_name(&target);
+        // The phase the grant is decided in, read first: a connection decided under
+        // install grants is judged as one, however late its relay starts watching.
+        let began = self.cfg().phase.get();
         let verdict = self
             .sentinel_in_host(&host)
             .unwrap_or_else(|| self.decide(&target, port, Protocol::Https, None));
@@ -939,8 +944,15 @@ impl Gateway {
             self.intercept(client, (&target, &host), port, vetted, leftover)
                 .await
         } else {
-            self.tunnel(client, (&target, &host), port, vetted, leftover, &verdict)
-                .await
+            self.tunnel(
+                client,
+                (&target, &host),
+                port,
+                vetted,
+                leftover,
+                (&verdict, began),
+            )
+            .await
         }
     }
 
@@ -952,7 +964,7 @@ impl Gateway {
         port: u16,
         vetted: SocketAddr,
         mut peeked: Vec<u8>,
-        verdict: &Verdict,
+        (verdict, began): (&Verdict, Phase),
     ) -> Served {
         // The client speaks first (a CONNECT tunnel carries TLS or another client-first
         // protocol; server-first protocols go through SOCKS5). Its first bytes are read
@@ -1062,7 +1074,7 @@ impl Gateway {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
             }
-            revoked = self.until_revoked(target, port, carried, None) => {
+            revoked = self.until_revoked((target, port, carried), None, began) => {
                 self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
             }
         }
@@ -1240,6 +1252,8 @@ impl Gateway {
         let what = format!("{} {host}{path}", head.method);
         let tls_upstream = tls_to.is_some();
         let carried = carried_http(tls_upstream);
+        // Read before the judgement: see `until_revoked`.
+        let began = self.cfg().phase.get();
         let mut verdict = self.judge(
             &target,
             &host,
@@ -1370,7 +1384,7 @@ impl Gateway {
             match self
                 .unless_revoked(
                     (&target, port, carried),
-                    http_request(&head.method, &path),
+                    (http_request(&head.method, &path), began),
                     relay,
                 )
                 .await
@@ -1489,7 +1503,7 @@ impl Gateway {
                     upstream,
                     &response,
                     websocket,
-                    (&target, &host, port, &path, carried),
+                    (&target, &host, port, &path, carried, began),
                 )
                 .await
                 .map(|switched| {
@@ -1576,7 +1590,7 @@ impl Gateway {
             match self
                 .unless_revoked(
                     (&target, port, carried),
-                    http_request(&head.method, &path),
+                    (http_request(&head.method, &path), began),
                     relay,
                 )
                 .await
@@ -1645,7 +1659,7 @@ impl Gateway {
         upstream: &mut Option<Upstream>,
         response: &ResponseHead,
         asked: bool,
-        (target, host, port, path, carried): (&Target, &str, u16, &str, Protocol),
+        (target, host, port, path, carried, began): (&Target, &str, u16, &str, Protocol, Phase),
     ) -> std::io::Result<Switched> {
         let Some(mut up) = upstream.take() else {
             return Ok(Switched::Refused);
@@ -1694,7 +1708,7 @@ impl Gateway {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 Switched::Relayed((up_early + a, down_early + b))
             }
-            revoked = self.until_revoked(target, port, carried, Some(request)) => {
+            revoked = self.until_revoked((target, port, carried), Some(request), began) => {
                 Switched::Revoked(revoked, (up_early, down_early))
             }
         })

@@ -83,6 +83,8 @@ impl Gateway {
             return reply(&mut client, REP_NOT_ALLOWED).await;
         };
         let name = crate::proxy::target_name(&target);
+        // Read before the decision: see `Gateway::until_revoked`.
+        let began = self.phase().get();
         let verdict = self
             .sentinel_in_host(&name)
             .unwrap_or_else(|| self.decide_connection(&target, port, Protocol::Tcp));
@@ -138,7 +140,7 @@ impl Gateway {
         tokio::select! {
             relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
             // A connection opened under install grants ends when they stop holding.
-            revoked = self.until_revoked(&target, port, Protocol::Tcp, None) => {
+            revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
                 self.record(&name, port, &revoked, (0, 0));
             }
         }

@@ -2423,6 +2423,41 @@ async fn egress_triples_grant_host_port_and_protocol_together() {
     assert!(!out.contains("hello from"), "{out}");
 }
 
+/// The phase a tunnel's grant was decided in is the phase of its CONNECT, not of the
+/// moment its relay starts: a read-only sandbox's install hook that opens a tunnel and
+/// sends nothing until the switch gets nothing through under runtime; the twin without
+/// the tier does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_opened_before_the_switch_is_judged_as_opened_in_install() {
+    async fn through_after_switch(read_only: bool) -> String {
+        let h = harness_tiered(false, false, Limits::default(), Vec::new(), read_only).await;
+        h.gw.phase().set(Phase::Install);
+        let port = h.ports["plain.test"];
+        let mut s = TcpStream::connect(h.proxy).await.unwrap();
+        s.write_all(
+            format!("CONNECT plain.test:{port} HTTP/1.1\r\nHost: plain.test:{port}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let head = read_until(&mut s, "\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        h.gw.phase().set(Phase::Runtime);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let _ = s
+            .write_all(b"GET /late HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut out = Vec::new();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    let out = through_after_switch(true).await;
+    assert!(!out.contains("hello from"), "{out}");
+    let out = through_after_switch(false).await;
+    assert!(out.contains("hello from plain.test"), "{out}");
+}
+
 /// A read-only sandbox gets nothing its install hooks opened carried into its runtime: a
 /// WebSocket opened during install is cut at the switch, beside the twin without the
 /// tier, where it goes on. `Content-Length: 0` is no body (Python's requests sends it on
