@@ -120,6 +120,9 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
     }
 }
 
+/// The lock's file name; by default it lies beside the workload kit.
+pub const LOCK_FILE: &str = "capgate.lock";
+
 impl Kits {
     /// Where the lock lives by default: `capgate.lock` beside the workload kit.
     pub fn default_lock_path(&self) -> Option<PathBuf> {
@@ -135,7 +138,7 @@ impl Kits {
                 .parent()
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
         };
-        Some(dir.join("capgate.lock"))
+        Some(dir.join(LOCK_FILE))
     }
 
     /// Names every kit by its path relative to `base` (the lock's directory), so that the

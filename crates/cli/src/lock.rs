@@ -119,15 +119,33 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             return Err(e).with_context(|| format!("cannot read `{}`", lock_path.display()));
         }
     };
+    // No lock here, yet one beside another kit of the composition: which kit is the
+    // workload (and so where the default lock is) changed, or the lock was moved. What
+    // that lock approved does not carry over, and nothing is approved without asking.
+    let elsewhere = match &existing {
+        Some(_) => Vec::new(),
+        None => locks_beside_other_kits(plan, lock_path),
+    };
     let widenings = match &existing {
         Some(lock) => lock.gate(plan),
-        None if args.check => Lock {
+        None if args.check || !elsewhere.is_empty() => Lock {
             version: capgate_resolve::lock::LOCK_VERSION,
             kits: Vec::new(),
         }
         .gate(plan),
         None => Vec::new(),
     };
+    if !elsewhere.is_empty() && !args.json {
+        let shown: Vec<String> = elsewhere
+            .iter()
+            .map(|p| format!("`{}`", printable(&p.display().to_string())))
+            .collect();
+        eprintln!(
+            "capgate: there is no lock at `{}`, but {} beside another kit of this composition: a kit's kind or the lock's place changed, so this composition is approved anew",
+            printable(&lock_path.display().to_string()),
+            shown.join(" and ")
+        );
+    }
     let name = lock_path.display().to_string();
     let write = |lock: &Lock| -> Result<()> {
         crate::state::write_atomically(lock_path, lock.to_json().as_bytes(), 0o644)
@@ -186,6 +204,32 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             exit::NEEDS_APPROVAL
         })
     }
+}
+
+/// The `capgate.lock` files beside the composition's kits (in each kit's directory, as
+/// the default lock would be if that kit were the workload), other than `lock_path`. Kit
+/// references are relative to the lock's directory.
+fn locks_beside_other_kits(plan: &capgate_resolve::Plan, lock_path: &Path) -> Vec<PathBuf> {
+    let base = lock_path.parent().unwrap_or(Path::new("."));
+    let own = std::fs::canonicalize(base)
+        .unwrap_or_else(|_| base.to_path_buf())
+        .join(lock_path.file_name().unwrap_or_default());
+    let mut found: Vec<PathBuf> = Vec::new();
+    for unit in plan.layered_units() {
+        let kit = base.join(&unit.reference);
+        let dir = if kit.is_dir() {
+            kit
+        } else {
+            kit.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        let candidate = std::fs::canonicalize(&dir)
+            .unwrap_or(dir)
+            .join(crate::kits::LOCK_FILE);
+        if candidate != own && candidate.is_file() && !found.contains(&candidate) {
+            found.push(candidate);
+        }
+    }
+    found
 }
 
 fn print_json(lock: &str, widenings: &[KitWidening], written: bool) -> Result<()> {

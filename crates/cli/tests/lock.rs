@@ -118,18 +118,7 @@ fn widening_update_stops_until_approved() {
     let out = capgate(dir, &["lock", "base", "tool", "--json"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let widenings: Vec<(String, String, String)> = report["widenings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| {
-            (
-                w["kit"].as_str().unwrap().to_owned(),
-                w["category"].as_str().unwrap().to_owned(),
-                w["detail"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let widenings = listed(&report);
     let expected = [
         ("../tool", "network.runtime.allow", "uploads.tool.example"),
         (
@@ -696,4 +685,190 @@ fn a_new_or_wider_egress_triple_stops_for_approval() {
         "{}",
         text(&o)
     );
+}
+
+/// Lists `capgate lock ARGS --check --json` reports as widenings: (kit, category, detail).
+fn widenings_of(dir: &Path, args: &[&str]) -> (Option<i32>, Vec<(String, String, String)>) {
+    let mut all = vec!["lock"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--check", "--json"]);
+    let out = capgate(dir, &all);
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    (out.status.code(), listed(&report))
+}
+
+/// A `--json` report's widenings as (kit, category, detail).
+fn listed(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    report["widenings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["kit"].as_str().unwrap().to_owned(),
+                w["category"].as_str().unwrap().to_owned(),
+                w["detail"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const PACK_WORKLOAD: &str = r#"schemaVersion: "3"
+kind: workload
+provides: [base]
+capabilities:
+  - type: dev.capgate/filesystem@1
+    config: {write: [/home/agent/workspace/out], read: [/home/agent/workspace/src]}
+  - type: dev.capgate/exec@1
+    config: {allow: [/usr/bin/python3]}
+"#;
+
+/// Write places, read lists and programs bind the composition, not each kit: a mixin that
+/// starts stating them (or a new mixin that does) widens what the whole is held to even
+/// though no kit's own list widens, and the gate says so. The twin: a mixin stating places
+/// inside what was granted changes nothing.
+#[test]
+fn a_mixin_that_adds_places_or_programs_widens_the_composition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for k in ["w", "m", "n"] {
+        std::fs::create_dir_all(dir.join(k)).unwrap();
+    }
+    std::fs::write(dir.join("w/kit.yaml"), PACK_WORKLOAD).unwrap();
+    let mixin = "schemaVersion: \"3\"\nkind: mixin\nrequires: [base]\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [svc.example.com]}}\n";
+    std::fs::write(dir.join("m/kit.yaml"), mixin).unwrap();
+    let out = capgate(dir, &["lock", "w", "m"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // The twin: places inside the granted ones, the same read list.
+    let inside = format!(
+        "{mixin}  - type: dev.capgate/filesystem@1\n    config: {{write: [/home/agent/workspace/out/sub], read: [/home/agent/workspace/src]}}\n  - type: dev.capgate/exec@1\n    config: {{allow: [/usr/bin/python3]}}\n"
+    );
+    std::fs::write(dir.join("m/kit.yaml"), &inside).unwrap();
+    let (code, list) = widenings_of(dir, &["w", "m"]);
+    assert_eq!((code, list.clone()), (Some(0), vec![]), "{list:?}");
+
+    // The attack: the mixin states wider places, no read list, more programs.
+    let wider = format!(
+        "{mixin}  - type: dev.capgate/filesystem@1\n    config: {{write: [/home/agent, /tmp]}}\n  - type: dev.capgate/exec@1\n    config: {{allow: [/bin, /usr/bin]}}\n"
+    );
+    std::fs::write(dir.join("m/kit.yaml"), &wider).unwrap();
+    let (code, list) = widenings_of(dir, &["w", "m"]);
+    assert_eq!(code, Some(4), "{list:?}");
+    let whole = "(the composition: its kits together)";
+    for (category, detail) in [
+        ("filesystem.write", "/home/agent"),
+        ("filesystem.write", "/tmp"),
+        ("filesystem.read", "the whole workspace (no list)"),
+        ("exec.allow", "/bin"),
+        ("exec.allow", "/usr/bin"),
+    ] {
+        assert!(
+            list.contains(&(whole.to_owned(), category.to_owned(), detail.to_owned())),
+            "{category} {detail}: {list:?}"
+        );
+    }
+    // The same from a new mixin.
+    std::fs::write(dir.join("m/kit.yaml"), mixin).unwrap();
+    std::fs::write(
+        dir.join("n/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: mixin\nrequires: [base]\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/bin]}\n",
+    )
+    .unwrap();
+    let (code, list) = widenings_of(dir, &["w", "m", "n"]);
+    assert_eq!(code, Some(4), "{list:?}");
+    assert!(
+        list.contains(&(whole.to_owned(), "exec.allow".to_owned(), "/bin".to_owned())),
+        "{list:?}"
+    );
+}
+
+/// Restrictions moved into an optional group this runtime skips are no longer enforced
+/// (the tier, the write places, the read list, the programs): the gate compares the ones
+/// in force, so it stops the update.
+#[test]
+fn restrictions_moved_into_a_skipped_optional_group_are_widenings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    let restrictions = r#"  - type: dev.capgate/determinism@1
+    config: {tier: read-only}
+  - type: dev.capgate/filesystem@1
+    config: {write: [/home/agent/workspace/out], read: [/home/agent/workspace/src]}
+  - type: dev.capgate/exec@1
+    config: {allow: [/usr/bin/python3]}
+"#;
+    let head = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [svc.example.com]}}\n";
+    let v1 = format!("{head}{restrictions}  - type: com.example/telemetry@1\n    optional: true\n");
+    std::fs::write(dir.join("w/kit.yaml"), &v1).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let grouped = restrictions
+        .lines()
+        .map(|l| format!("      {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let v2 = format!(
+        "{head}  - group:\n      optional: true\n      capabilities:\n{grouped}\n        - type: com.example/telemetry@1\n"
+    );
+    std::fs::write(dir.join("w/kit.yaml"), &v2).unwrap();
+    let (code, list) = widenings_of(dir, &["w"]);
+    assert_eq!(code, Some(4), "{list:?}");
+    let categories: Vec<&str> = list.iter().map(|(_, c, _)| c.as_str()).collect();
+    for category in [
+        "determinism",
+        "filesystem.write",
+        "filesystem.read",
+        "exec.allow",
+    ] {
+        assert!(categories.contains(&category), "{category}: {list:?}");
+    }
+}
+
+/// Which kit is the workload decides where the default lock is: a composition whose kits
+/// swap kinds would find no lock at the new place, and a first run writes one without
+/// asking. With a lock beside another of its kits, that is a widening of everything
+/// instead, and the run stops for approval; the twin, a composition with no lock
+/// anywhere, is a first run and writes one.
+#[test]
+fn a_lock_beside_another_kit_is_not_silently_replaced_by_a_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for k in ["agent", "tools"] {
+        std::fs::create_dir_all(dir.join(k)).unwrap();
+    }
+    let kit = |kind: &str, allow: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: {kind}\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {{runtime: {{allow: [{allow}]}}}}\n"
+        )
+    };
+    std::fs::write(
+        dir.join("agent/kit.yaml"),
+        kit("workload", "svc.example.com"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("tools/kit.yaml"), kit("mixin", "svc.example.com")).unwrap();
+    let out = capgate(dir, &["lock", "agent", "tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(dir.join("agent/capgate.lock").exists());
+
+    std::fs::write(dir.join("agent/kit.yaml"), kit("mixin", "\"**\"")).unwrap();
+    std::fs::write(
+        dir.join("tools/kit.yaml"),
+        kit("workload", "svc.example.com"),
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "agent", "tools"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(!dir.join("tools/capgate.lock").exists(), "{said}");
+    assert!(said.contains("agent/capgate.lock"), "{said}");
+    assert!(said.contains("+ network.runtime.allow: **"), "{said}");
+
+    // The twin: nothing locked anywhere yet.
+    std::fs::remove_file(dir.join("agent/capgate.lock")).unwrap();
+    let out = capgate(dir, &["lock", "agent", "tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(dir.join("tools/capgate.lock").exists());
 }

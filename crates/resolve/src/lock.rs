@@ -158,6 +158,26 @@ impl Lock {
             });
         let mut widenings = self.gate_composed(candidate);
         widenings.extend(dropped);
+        // The restrictions bind the composition, not each kit: one kit's list does not
+        // bound another's, so a kit that starts stating a list (or a new kit that states
+        // one) can widen what the whole is held to while no kit's own surface widens.
+        let granted = composed_restrictions(self.kits.iter().map(|k| &k.permissions));
+        let surfaces: Vec<Surface> = candidate
+            .layered_selections()
+            .map(|(u, selection)| gated_surface(u, selection))
+            .collect();
+        for w in diff_widenings(&granted, &composed_restrictions(&surfaces)) {
+            if !widenings
+                .iter()
+                .any(|k| k.category == w.category && k.detail == w.detail)
+            {
+                widenings.push(KitWidening {
+                    kit: COMPOSITION.to_owned(),
+                    category: w.category,
+                    detail: w.detail,
+                });
+            }
+        }
         widenings
     }
 
@@ -191,10 +211,11 @@ impl Lock {
 
 /// The surface the lock records and the gate compares for one kit: everything it declares
 /// (optional entries and group members included: an approval covers all it asks for), but
-/// only the denies it enforces, those of its selected entries. A deny that selection
-/// leaves out (in an optional group this runtime skips) is not in force, so the gate must
-/// not count it as kept: counting declared allows errs towards asking, counting declared
-/// denies would err towards granting.
+/// only the restrictions it enforces, those of its selected entries: denies, write places,
+/// read lists, programs, the determinism tier. A restriction that selection leaves out (in
+/// an optional group this runtime skips) is not in force, so the gate must not count it as
+/// kept: counting declared allows errs towards asking, counting declared restrictions
+/// would err towards granting.
 fn gated_surface(unit: &Unit, selection: &Selection) -> Surface {
     let mut surface = surface_of(&unit.descriptor);
     let enforced = surface_of_entries(selection.entries.iter().map(|(_, e)| e));
@@ -202,7 +223,52 @@ fn gated_surface(unit: &Unit, selection: &Selection) -> Surface {
     surface.network_runtime_deny = enforced.network_runtime_deny;
     surface.network_install_http_deny = enforced.network_install_http_deny;
     surface.network_runtime_http_deny = enforced.network_runtime_http_deny;
+    surface.filesystem_write = enforced.filesystem_write;
+    surface.filesystem_read = enforced.filesystem_read;
+    surface.exec_allow = enforced.exec_allow;
+    surface.determinism = enforced.determinism;
     surface
+}
+
+/// What a widening of the composition as a whole (not of one kit) is attributed to.
+pub const COMPOSITION: &str = "(the composition: its kits together)";
+
+/// The restrictions kits' surfaces hold the composition to, merged as composition merges
+/// them: write places and programs add up over the kits that state them; the workspace
+/// is shown whole when one kit that states filesystem@1 reads all of it (no `read`); the
+/// widest tier counts. A kit that states none of these adds nothing. Only these fields
+/// are set.
+fn composed_restrictions<'a>(surfaces: impl IntoIterator<Item = &'a Surface>) -> Surface {
+    let mut out = Surface::default();
+    let mut reads_all = false;
+    for s in surfaces {
+        // A kit's write list is there exactly when it states filesystem@1.
+        if let Some(write) = &s.filesystem_write {
+            out.filesystem_write
+                .get_or_insert_with(Vec::new)
+                .extend(write.iter().cloned());
+            match &s.filesystem_read {
+                Some(read) => out
+                    .filesystem_read
+                    .get_or_insert_with(Vec::new)
+                    .extend(read.iter().cloned()),
+                None => reads_all = true,
+            }
+        }
+        if let Some(programs) = &s.exec_allow {
+            out.exec_allow
+                .get_or_insert_with(Vec::new)
+                .extend(programs.iter().cloned());
+        }
+        if let Some(tier) = s.determinism {
+            out.determinism = Some(out.determinism.map_or(tier, |t| t.max(tier)));
+        }
+    }
+    if reads_all {
+        out.filesystem_read = None;
+    }
+    out.normalize();
+    out
 }
 
 /// Every credential destination a kit declares (group members included, like allows).
