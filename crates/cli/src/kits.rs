@@ -50,12 +50,9 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
         };
         let loaded = capgate_spec::load(&bytes, &Options::default());
         if !loaded.is_valid() {
-            problems.extend(
-                loaded
-                    .diagnostics
-                    .errors()
-                    .map(|d| format!("{}:{d}", file.display())),
-            );
+            problems.extend(loaded.diagnostics.errors().map(|d| {
+                capgate_spec::text::printable(&format!("{}:{d}", file.display())).into_owned()
+            }));
             continue;
         }
         loaded_all.push((path.clone(), file, bytes, loaded));

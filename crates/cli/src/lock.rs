@@ -97,6 +97,9 @@ pub struct GateMode {
     pub json_when_approved: bool,
 }
 
+/// The largest lock read: kits are at most 1 MiB each, and a lock records less of them.
+const MAX_LOCK_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Gates `plan` against the lock at `lock_path`: writes it when there is none (unless
 /// checking), applies silently within it, and stops widenings for approval (asking on a
 /// terminal). Returns 0 when the plan is approved (and the lock written), 4 when a widening
@@ -105,11 +108,15 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
     let args = mode;
     let candidate = Lock::from_plan(plan);
 
-    let existing = match std::fs::read(lock_path) {
+    let existing = match crate::state::read_regular(lock_path, MAX_LOCK_BYTES) {
         Ok(bytes) => match Lock::parse(&bytes) {
             Ok(lock) => Some(lock),
             Err(e) => {
-                eprintln!("{}:{e}", lock_path.display());
+                eprintln!(
+                    "{}:{}",
+                    printable(&lock_path.display().to_string()),
+                    printable(&e.to_string())
+                );
                 eprintln!("capgate: the lock was left as it is; fix or remove it");
                 return Ok(exit::INVALID);
             }

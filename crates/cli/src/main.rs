@@ -182,7 +182,12 @@ fn main() -> ExitCode {
         // A closed pipe (`capgate … | head`) is the reader's choice, not an error.
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("capgate: {e:#}");
+            // Errors quote kit values, paths and lock contents: spelled out, never acting
+            // on the terminal.
+            eprintln!(
+                "capgate: {}",
+                capgate_spec::text::printable(&format!("{e:#}"))
+            );
             ExitCode::from(exit::INVALID)
         }
     }

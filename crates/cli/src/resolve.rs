@@ -197,12 +197,12 @@ pub fn render_surface(surface: &Surface) -> String {
         let places = if write.is_empty() {
             "nowhere".to_owned()
         } else {
-            write.join(", ")
+            printable(&write.join(", ")).into_owned()
         };
         let _ = writeln!(s, "\nWrites only beneath: {places}");
     }
     if let Some(programs) = &surface.exec_allow {
-        let _ = writeln!(s, "\nExecutes only: {}", programs.join(", "));
+        let _ = writeln!(s, "\nExecutes only: {}", printable(&programs.join(", ")));
     }
     if let Some(tier) = surface.determinism {
         let _ = writeln!(s, "\nDeterminism: {tier}");

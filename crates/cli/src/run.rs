@@ -785,7 +785,10 @@ fn run_provisioned(
     let (mut sandbox, fds) = match prepared.and_then(|p| p.start(&spec)) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("capgate: the sandbox could not start: {e}");
+            eprintln!(
+                "capgate: the sandbox could not start: {}",
+                printable(&e.to_string())
+            );
             let report = capgate_sandbox::probe_host();
             eprintln!("{report}");
             return Ok(start_failure(&e));
@@ -1135,8 +1138,9 @@ fn run_workload(
         for file in &l.files {
             if let Err(e) = write_kit_file(sandbox, file) {
                 eprintln!(
-                    "capgate: lifecycle file `{}` could not be written: {e}",
-                    file.path
+                    "capgate: lifecycle file `{}` could not be written: {}",
+                    printable(&file.path),
+                    printable(&e.to_string())
                 );
                 return 1;
             }

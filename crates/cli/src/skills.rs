@@ -73,7 +73,7 @@ pub fn mounts(
     let paths = || {
         entries
             .iter()
-            .map(|e| format!("`{}`", e.path))
+            .map(|e| format!("`{}`", capgate_spec::text::printable(&e.path)))
             .collect::<Vec<_>>()
             .join(", ")
     };

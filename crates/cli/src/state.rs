@@ -165,10 +165,50 @@ pub fn read_kit_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let limit = capgate_spec::yaml::Limits::DEFAULT.max_bytes + 1;
     let mut bytes = Vec::new();
-    fs::File::open(path)?
+    open_regular(path)?
         .take(u64::try_from(limit).unwrap_or(u64::MAX))
         .read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// Reads the regular file at `path`, at most `limit` bytes of it (more is an error): a
+/// FIFO or a device put in its place (`/dev/zero`) is refused without blocking or
+/// reading it, the open never waiting on it.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    open_regular(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Opens `path` for reading if it is a regular file (without waiting on a FIFO).
+fn open_regular(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::NONBLOCK | libc_flags::NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Open flags, from rustix (no `libc` dependency here).
+mod libc_flags {
+    pub const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    pub const NOCTTY: i32 = rustix::fs::OFlags::NOCTTY.bits() as i32;
 }
 
 /// Writes a file readable by its owner only, atomically, its directory made owner-only.

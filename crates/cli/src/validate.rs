@@ -103,9 +103,11 @@ impl Problem {
     /// `file:line:col: [severity: ]path: message`, kit text spelled out. `check` names the
     /// lint check beside the severity (`error[wildcard-host]`).
     fn render(&self) -> String {
+        // A file's name is anyone's choice too.
+        let file = printable(&self.file);
         let at = match (self.line, self.column) {
-            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file),
-            _ => self.file.clone(),
+            (Some(l), Some(c)) => format!("{file}:{l}:{c}"),
+            _ => file.into_owned(),
         };
         let severity = match (self.check, self.severity) {
             (Some(check), s) => format!("{s}[{check}]: "),

@@ -872,3 +872,109 @@ fn a_lock_beside_another_kit_is_not_silently_replaced_by_a_new_one() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(dir.join("tools/capgate.lock").exists());
 }
+
+/// The lock sits in the kit's directory, which a third party may ship: a FIFO or a device
+/// in its place is refused at once (not waited on, not read), like any lock capgate
+/// cannot use; the twin, a regular lock, gates as ever.
+#[test]
+fn a_lock_that_is_no_regular_file_is_refused_without_reading_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\n",
+    )
+    .unwrap();
+    let lock = dir.join("w/capgate.lock");
+    std::os::unix::fs::symlink("/dev/zero", &lock).unwrap();
+    let bounded = |args: &[&str]| {
+        Command::new("timeout")
+            .arg("20")
+            .arg(BIN)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = bounded(&["lock", "w"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not a regular file"), "{}", text(&out));
+    std::fs::remove_file(&lock).unwrap();
+    let made = Command::new("mkfifo").arg(&lock).status().unwrap();
+    assert!(made.success());
+    let out = bounded(&["lock", "w"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not a regular file"), "{}", text(&out));
+    std::fs::remove_file(&lock).unwrap();
+    let out = bounded(&["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = bounded(&["lock", "w", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Kit text reaches the terminal spelled out, wherever it is printed: a path that would
+/// redraw the screen is refused by validation (and named without its escapes), a host
+/// the policy refuses is named so in the error, a lock's unknown key in the lock's
+/// error, and a kit file's name in validation's findings. No raw ESC byte is printed.
+#[test]
+fn hostile_kit_text_never_reaches_the_terminal_raw() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let no_escape = |out: &Output| {
+        let all = [&out.stdout[..], &out.stderr[..]].concat();
+        assert!(!all.contains(&0x1b), "{}", text(out));
+        assert!(text(out).contains("\\u{1b}"), "{}", text(out));
+    };
+    std::fs::create_dir_all(dir.join("paths")).unwrap();
+    std::fs::write(
+        dir.join("paths/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: [\"/tmp\\r\\e[4A\\e[J\\nNo grants\"]\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["validate", "paths"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    no_escape(&out);
+
+    std::fs::create_dir_all(dir.join("host")).unwrap();
+    std::fs::write(
+        dir.join("host/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [\"a\\e[31mb.example.com\"]}}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["create", "h", "--kit", "host"])
+        .current_dir(dir)
+        .env("CAPGATE_HOME", dir.join("home"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    no_escape(&out);
+
+    std::fs::create_dir_all(dir.join("locked")).unwrap();
+    std::fs::write(
+        dir.join("locked/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("locked/capgate.lock"),
+        "{\"version\": 1, \"kits\": [], \"\\u001b[2K\\rlock OK\": 1}",
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "locked"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    no_escape(&out);
+
+    std::fs::create_dir_all(dir.join("named")).unwrap();
+    std::fs::write(
+        dir.join("named/x\u{1b}[2K\rall kits OK.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\nbogus: 1\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["validate", "named"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    no_escape(&out);
+}

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use capgate_spec::text::printable;
+
 use serde::Serialize;
 
 /// One reason a composition is refused, attributed to a kit and a path in it when it has
@@ -44,13 +46,15 @@ impl Refusal {
 }
 
 /// `kit path: message`, leaving out what is unknown.
+/// Kit values in it are spelled out ([`printable`]): a refusal is printed on terminals.
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = printable(&self.message);
         match (&self.kit, &self.path) {
-            (Some(k), Some(p)) => write!(f, "{k} {p}: {}", self.message),
-            (Some(k), None) => write!(f, "{k}: {}", self.message),
-            (None, Some(p)) => write!(f, "{p}: {}", self.message),
-            (None, None) => f.write_str(&self.message),
+            (Some(k), Some(p)) => write!(f, "{} {}: {message}", printable(k), printable(p)),
+            (Some(k), None) => write!(f, "{}: {message}", printable(k)),
+            (None, Some(p)) => write!(f, "{}: {message}", printable(p)),
+            (None, None) => f.write_str(&message),
         }
     }
 }

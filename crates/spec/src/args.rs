@@ -11,6 +11,26 @@ use crate::descriptor::ArgDecl;
 use crate::node::{Key, Node, Path, Value};
 use crate::refs::{self, RefKind};
 
+/// The most args one kit declares: each may carry a pattern, compiled at every read.
+pub const MAX_ARGS: usize = 256;
+/// The longest arg pattern, in bytes.
+pub const MAX_PATTERN: usize = 512;
+
+/// An arg's `pattern`, anchored at both ends. Bounded so that a kit cannot make reading it
+/// slow: at most [`MAX_PATTERN`] bytes, and a compiled program of at most 256 KiB (which a
+/// pattern such as `\w{150}`, each `\w` a large Unicode class, exceeds at once).
+pub(crate) fn compile_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    if pattern.len() > MAX_PATTERN {
+        return Err(regex::Error::Syntax(format!(
+            "the pattern is longer than {MAX_PATTERN} bytes"
+        )));
+    }
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(256 * 1024)
+        .dfa_size_limit(1024 * 1024)
+        .build()
+}
+
 /// Why args could not be resolved or expanded. Paths are descriptor paths.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ArgError {
@@ -99,7 +119,7 @@ pub fn resolve_args(
             continue;
         }
         if let Some(pattern) = &d.pattern {
-            match regex::Regex::new(&format!("^(?:{pattern})$")) {
+            match compile_pattern(pattern) {
                 Ok(re) if re.is_match(&value) => {}
                 Ok(_) => {
                     errors.push(ArgError::PatternMismatch {
@@ -457,6 +477,48 @@ pub fn effective(
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    fn load_errors(text: &str) -> Vec<String> {
+        crate::load(text.as_bytes(), &crate::Options::default())
+            .diagnostics
+            .errors()
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    /// A kit cannot make reading it slow with its arg patterns: patterns whose program
+    /// is large fail at once, there are at most 256 args, and a pattern is at most 512
+    /// bytes. The twin: an ordinary pattern compiles and judges values.
+    #[test]
+    fn arg_patterns_are_bounded() {
+        let mut many = String::from("schemaVersion: \"3\"\nkind: workload\nargs:\n");
+        for i in 0..200 {
+            many.push_str(&format!("  a{i}: {{pattern: '\\w{{150}}'}}\n"));
+        }
+        let started = std::time::Instant::now();
+        let errors = load_errors(&many);
+        assert_eq!(errors.len(), 200, "{errors:?}");
+        assert!(errors[0].contains("does not compile"), "{errors:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut too_many = String::from("schemaVersion: \"3\"\nkind: workload\nargs:\n");
+        for i in 0..300 {
+            too_many.push_str(&format!("  a{i}: {{default: x}}\n"));
+        }
+        let errors = load_errors(&too_many);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("300 args are declared; a kit declares at most 256")),
+            "{errors:?}"
+        );
+        assert!(compile_pattern(&"a".repeat(600)).is_err());
+        let re = compile_pattern("[0-9]+\\.[0-9]+").unwrap();
+        assert!(re.is_match("2.1") && !re.is_match("2.1x"));
+    }
 
     fn decl(name: &str) -> ArgDecl {
         ArgDecl {

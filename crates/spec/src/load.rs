@@ -351,6 +351,18 @@ impl Reader<'_> {
             );
             return Vec::new();
         };
+        if entries.len() > crate::args::MAX_ARGS {
+            cx.error(
+                path,
+                node.pos,
+                format!(
+                    "{} args are declared; a kit declares at most {}",
+                    entries.len(),
+                    crate::args::MAX_ARGS
+                ),
+            );
+            return Vec::new();
+        }
         let mut out = Vec::new();
         for (key, decl) in entries {
             let p = path.key(&key.text);
@@ -401,7 +413,7 @@ impl Reader<'_> {
                 }
             }
             let compiled = match (&pattern, pattern_node) {
-                (Some(pat), Some(n)) => match regex::Regex::new(&format!("^(?:{pat})$")) {
+                (Some(pat), Some(n)) => match crate::args::compile_pattern(pat) {
                     Ok(re) => Some(re),
                     Err(e) => {
                         let first = e

@@ -11,16 +11,28 @@ use std::fmt::Write as _;
 
 /// Whether `c` would act on a terminal, or change how the text around it reads, instead of
 /// showing itself: C0 controls (newline and tab included), DEL, C1 controls, and Unicode's
-/// invisible and bidirectional formatting characters.
-fn acts(c: char) -> bool {
+/// invisible, filler and bidirectional formatting characters (with them, two names that
+/// differ look the same: `api.github.com` and `api.github.com\u{ad}`).
+pub(crate) fn acts(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061C}'
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{061C}'
+                | '\u{115F}'..='\u{1160}'
+                | '\u{17B4}'..='\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
                 | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2069}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
                 | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E007F}'
+                | '\u{E0100}'..='\u{E01EF}'
         )
 }
 
@@ -47,6 +59,24 @@ pub fn printable(s: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Characters that show nothing, so that two names that differ look the same.
+    #[test]
+    fn invisible_fillers_and_tags_are_spelled_out() {
+        for (shown, c) in [
+            ("ad", '\u{ad}'),
+            ("3164", '\u{3164}'),
+            ("180e", '\u{180e}'),
+            ("fe0f", '\u{fe0f}'),
+            ("e0041", '\u{e0041}'),
+            ("34f", '\u{34f}'),
+        ] {
+            let text = format!("api.github.com{c}");
+            assert_eq!(printable(&text), format!("api.github.com\\u{{{shown}}}"));
+        }
+        // The twin: letters of other scripts are shown as they are.
+        assert_eq!(printable("api.gіthub.com"), "api.gіthub.com");
+    }
 
     #[test]
     fn terminal_controls_are_spelled_out() {

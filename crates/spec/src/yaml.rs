@@ -20,7 +20,8 @@ pub struct Limits {
     pub max_bytes: usize,
     /// Deepest nesting of lists and mappings.
     pub max_depth: usize,
-    /// Most values (scalars, lists, mappings) in the document after alias expansion.
+    /// Most values (scalars, lists, mappings) in the document after alias expansion, a
+    /// scalar counting one more value per 64 bytes of its text.
     pub max_nodes: usize,
 }
 
@@ -165,8 +166,11 @@ impl<'l> Builder<'l> {
                 }
                 Event::Scalar(text, style, anchor, tag) => {
                     let value = resolve_scalar(&text, style, tag.as_deref(), pos)?;
-                    self.count(1, pos)?;
-                    self.complete(Node::new(value, pos), anchor, 1, 0)?;
+                    // Long text weighs as much as the short values it could have been, so
+                    // that aliases of it cannot expand a small file into gigabytes.
+                    let weight = 1 + text.len() / TEXT_PER_VALUE;
+                    self.count(weight, pos)?;
+                    self.complete(Node::new(value, pos), anchor, weight, 0)?;
                 }
                 Event::Alias(id) => {
                     let Some(anchored) = self.anchors.get(&id) else {
@@ -253,7 +257,7 @@ impl<'l> Builder<'l> {
             return Err((
                 pos,
                 format!(
-                    "document expands to more than {} values (aliases included); refusing to read it",
+                    "document expands to more than {} values (aliases included, text counted as one value per {TEXT_PER_VALUE} bytes); refusing to read it",
                     self.limits.max_nodes
                 ),
             ));
@@ -324,6 +328,9 @@ impl<'l> Builder<'l> {
         }
     }
 }
+
+/// Bytes of scalar text that count as one value against [`Limits::max_nodes`].
+const TEXT_PER_VALUE: usize = 64;
 
 const CORE_TAG_PREFIX: &str = "tag:yaml.org,2002:";
 
@@ -528,6 +535,26 @@ mod tests {
             ));
         }
         assert!(err(&doc).contains("expands to more than"), "{}", err(&doc));
+    }
+
+    /// Few aliases of one long string: few values, gigabytes of text. Refused by weight,
+    /// at once; the twin, the same string used a few times, reads.
+    #[test]
+    fn aliases_of_long_text_are_weighed_by_their_bytes() {
+        let long = "x".repeat(400_000);
+        let mut doc = format!("a: &a \"{long}\"\nb:\n");
+        for _ in 0..100_000 {
+            doc.push_str("- *a\n");
+        }
+        let started = std::time::Instant::now();
+        assert!(err(&doc).contains("expands to more than"), "{}", err(&doc));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let few = format!("a: &a \"{long}\"\nb: [*a, *a, *a]\n");
+        let mut diags = Diagnostics::default();
+        assert!(
+            parse(few.as_bytes(), &Limits::DEFAULT, &mut diags).is_some(),
+            "{diags:?}"
+        );
     }
 
     #[test]

@@ -302,7 +302,7 @@ fn check_directory(cx: &mut Cx<'_>, node: &Node, path: &Path, key: &str, value: 
         format!("{key} `/` is the root; name a canonical directory below it")
     } else if !is_canonical_absolute(value) {
         format!(
-            "{key} `{value}` is not canonical (no `.` or `..` segment, `//`, trailing `/`, backslash or NUL); write the canonical form"
+            "{key} `{value}` is not canonical (no `.` or `..` segment, `//`, trailing `/`, backslash, NUL or control character); write the canonical form"
         )
     } else {
         return true;
@@ -388,7 +388,7 @@ fn decode_context_fields(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Option<Ag
             &path.key("directory"),
             node_pos(node, "directory"),
             format!(
-                "directory `{dir}` must be absolute and canonical (no `.` or `..` segment, `//`, trailing `/`, backslash or NUL)"
+                "directory `{dir}` must be absolute and canonical (no `.` or `..` segment, `//`, trailing `/`, backslash, NUL or control character)"
             ),
         );
     }

@@ -449,12 +449,14 @@ pub(crate) fn literal_str<'n>(config: &'n Node, key: &str) -> Option<&'n str> {
 }
 
 /// Absolute and canonical: starts with `/`, no `.`/`..` segment, no `//`, no trailing `/`,
-/// no NUL or backslash.
+/// no NUL or backslash, and no control or invisible character (a path is shown to people,
+/// and one that acts on their terminal could hide what it grants).
 pub(crate) fn is_canonical_absolute(path: &str) -> bool {
     path.starts_with('/')
         && (path == "/" || !path.ends_with('/'))
         && !path.contains("//")
         && !path.contains(['\0', '\\'])
+        && !path.chars().any(crate::text::acts)
         && path.split('/').skip(1).all(|seg| seg != "." && seg != "..")
 }
 
@@ -591,6 +593,9 @@ mod tests {
             "/skills/",
             "/skills/./sub",
             "//skills",
+            "/tmp\r\u{1b}[4A\u{1b}[J\nNo grants",
+            "/home/agent/s\u{202e}kcab",
+            "/home/agent/x\u{ad}",
         ] {
             assert!(!is_canonical_absolute(bad), "{bad}");
         }

@@ -368,7 +368,7 @@ fn paths(cx: &mut Cx<'_>, (list, at): (&Node, Path), what: &str) -> Option<Vec<S
             cx.error(
                 &item_path,
                 pos,
-                format!("{what} `{p}` is not an absolute, clean path below `/` (no `.`, `..`, `//` or trailing `/`)"),
+                format!("{what} `{p}` is not an absolute, clean path below `/` (no `.`, `..`, `//`, trailing `/` or control character)"),
             );
             ok = false;
             continue;
