@@ -126,14 +126,33 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             return Err(e).with_context(|| format!("cannot read `{}`", lock_path.display()));
         }
     };
+    // The lock sits beside the kits, where whoever ships them can replace it with one
+    // that approves their update. What this user last approved there is kept in the data
+    // directory too, and that is what the candidate is held to.
+    let record = approval_record(lock_path)?;
+    let recorded = read_record(&record);
+    let replaced = recorded
+        .as_ref()
+        .is_some_and(|r| existing.as_ref() != Some(r));
+    let baseline = if replaced {
+        recorded.clone()
+    } else {
+        existing.clone()
+    };
+    if replaced && !args.json {
+        eprintln!(
+            "capgate: `{}` is not the lock you last approved (it was changed or removed outside capgate); the composition is held to what you approved",
+            printable(&lock_path.display().to_string())
+        );
+    }
     // No lock here, yet one beside another kit of the composition: which kit is the
     // workload (and so where the default lock is) changed, or the lock was moved. What
     // that lock approved does not carry over, and nothing is approved without asking.
-    let elsewhere = match &existing {
+    let elsewhere = match &baseline {
         Some(_) => Vec::new(),
         None => locks_beside_other_kits(plan, lock_path),
     };
-    let widenings = match &existing {
+    let widenings = match &baseline {
         Some(lock) => lock.gate(plan),
         None if args.check || !elsewhere.is_empty() => Lock {
             version: capgate_resolve::lock::LOCK_VERSION,
@@ -173,7 +192,21 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
                     writeln!(err, "{}:", printable(&w.kit))?;
                     last_kit = &w.kit;
                 }
-                writeln!(err, "  + {}: {}", w.category.as_str(), printable(&w.detail))?;
+                // A host in another script is also shown as DNS sees it: `api.gіthub.com`
+                // (a Cyrillic `і`) must not pass for the name it imitates.
+                let dns = w
+                    .detail
+                    .split_whitespace()
+                    .next()
+                    .filter(|first| !first.is_ascii())
+                    .and_then(ascii_form)
+                    .map_or_else(String::new, |a| format!(" (in DNS: {a})"));
+                writeln!(
+                    err,
+                    "  + {}: {}{dns}",
+                    w.category.as_str(),
+                    printable(&w.detail)
+                )?;
             }
         }
         if args.approve {
@@ -188,6 +221,9 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         let unchanged = existing.as_ref() == Some(&candidate);
         if !unchanged {
             write(&candidate)?;
+        }
+        if recorded.as_ref() != Some(&candidate) {
+            crate::state::write_private(&record, candidate.to_json().as_bytes())?;
         }
         if args.json {
             if args.json_when_approved {
@@ -211,6 +247,51 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             exit::NEEDS_APPROVAL
         })
     }
+}
+
+/// A host as written in a kit (`name`, `*.name`, `**.name`, with `:port` or `:*`) as DNS
+/// sees it: its IDNA ASCII form; `None` when the policy cannot read it.
+pub fn ascii_form(host: &str) -> Option<String> {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if port == "*" || port.bytes().all(|b| b.is_ascii_digit()) => {
+            (name, Some(port))
+        }
+        _ => (host, None),
+    };
+    let (wild, bare) = match (name.strip_prefix("**."), name.strip_prefix("*.")) {
+        (Some(rest), _) => ("**.", rest),
+        (None, Some(rest)) => ("*.", rest),
+        _ => ("", name),
+    };
+    let ascii = capgate_policy::pattern::normalize_host(bare).ok()?;
+    Some(match port {
+        Some(p) => format!("{wild}{ascii}:{p}"),
+        None => format!("{wild}{ascii}"),
+    })
+}
+
+/// Where the data directory keeps what this user last approved at `lock_path`: a copy of
+/// that lock, named by the SHA-256 of the lock's absolute path.
+fn approval_record(lock_path: &Path) -> Result<PathBuf> {
+    let dir = lock_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let absolute = std::fs::canonicalize(dir)
+        .with_context(|| format!("cannot find `{}`", dir.display()))?
+        .join(lock_path.file_name().unwrap_or_default());
+    let name = capgate_resolve::digest_of(absolute.as_os_str().as_encoded_bytes());
+    let name = name.trim_start_matches("sha256:");
+    Ok(crate::state::data_dir()?
+        .join("approved-locks")
+        .join(format!("{name}.json")))
+}
+
+/// The lock this user last approved, kept at `record`; `None` when there is none (or it
+/// cannot be read, which a new approval replaces).
+fn read_record(record: &Path) -> Option<Lock> {
+    let bytes = crate::state::read_regular(record, MAX_LOCK_BYTES).ok()?;
+    Lock::parse(&bytes).ok()
 }
 
 /// The `capgate.lock` files beside the composition's kits (in each kit's directory, as

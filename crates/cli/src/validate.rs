@@ -327,6 +327,7 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
                     .map(|e| e.to_string())
             },
             content_problem: &|file: &str| crate::context::content_file_problem(reference, file),
+            ascii_host: &crate::lock::ascii_form,
         };
         for f in capgate_resolve::lint::lint(descriptor, &options) {
             findings.push(Problem {

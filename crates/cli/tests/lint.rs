@@ -239,3 +239,59 @@ fn the_example_pack_is_clean_and_resolve_shows_its_pack_grants() {
         assert!(text.contains(line), "`{line}` missing:\n{text}");
     }
 }
+
+/// A host written in another script can pass for a familiar one: lint names its DNS form
+/// (a warning, an error under --strict), and the approval prompt shows it beside the
+/// widening. The twin: the same host in ASCII says nothing.
+#[test]
+fn a_host_in_another_script_is_named_with_its_dns_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let kit = |host: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {{runtime: {{allow: [\"{host}\"]}}}}\n"
+        )
+    };
+    // `і` is CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I.
+    let file = pack(dir.path(), &kit("api.g\u{456}thub.com:443"));
+    let out = capgate(&["lint", &file]);
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("warning[non-ascii-host]")
+            && said.contains("`api.xn--gthub-n2e.com:443` in DNS"),
+        "{said}"
+    );
+    let out = capgate(&["lint", "--strict", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let file = pack(dir.path(), &kit("api.github.com:443"));
+    let out = capgate(&["lint", "--strict", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("non-ascii-host"));
+
+    // The approval prompt.
+    let work = dir.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("kit.yaml"), kit("api.github.com:443")).unwrap();
+    let lock = |approve: bool| {
+        let mut c = Command::new(BIN);
+        c.args(["lock", "w"])
+            .current_dir(dir.path())
+            .env("CAPGATE_HOME", dir.path().join(".capgate"))
+            .stdin(std::process::Stdio::null());
+        if approve {
+            c.arg("--approve");
+        }
+        c.output().unwrap()
+    };
+    assert_eq!(lock(false).status.code(), Some(0));
+    std::fs::write(work.join("kit.yaml"), kit("api.g\u{456}thub.com:443")).unwrap();
+    let out = lock(false);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(
+        said.contains(
+            "+ network.runtime.allow: api.g\u{456}thub.com:443 (in DNS: api.xn--gthub-n2e.com:443)"
+        ),
+        "{said}"
+    );
+}

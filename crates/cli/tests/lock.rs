@@ -13,10 +13,13 @@ use std::process::{Command, Output, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_capgate");
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
+/// `capgate ARGS` in `dir`, its data directory `dir/.capgate` (where what the user
+/// approved is recorded).
 fn capgate(dir: &Path, args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .current_dir(dir)
+        .env("CAPGATE_HOME", dir.join(".capgate"))
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -894,6 +897,7 @@ fn a_lock_that_is_no_regular_file_is_refused_without_reading_it() {
             .arg(BIN)
             .args(args)
             .current_dir(dir)
+            .env("CAPGATE_HOME", dir.join(".capgate"))
             .stdin(Stdio::null())
             .output()
             .unwrap()
@@ -946,7 +950,7 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     let out = Command::new(BIN)
         .args(["create", "h", "--kit", "host"])
         .current_dir(dir)
-        .env("CAPGATE_HOME", dir.join("home"))
+        .env("CAPGATE_HOME", dir.join(".capgate"))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -977,4 +981,54 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     let out = capgate(dir, &["validate", "named"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     no_escape(&out);
+}
+
+/// The lock lies beside the kits, where whoever ships them can replace it: an update that
+/// brings a kit and a lock approving it is still held to what this user approved, and
+/// stops for approval; so is one that removes the lock. The twin: a lock the user
+/// approves with capgate is taken as it is.
+#[test]
+fn a_lock_replaced_with_the_kits_is_held_to_what_the_user_approved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for k in ["upd", "atk"] {
+        std::fs::create_dir_all(dir.join(k)).unwrap();
+    }
+    let kit = |allow: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {{runtime: {{allow: [{allow}]}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("upd/kit.yaml"), kit("svc.example.com")).unwrap();
+    let out = capgate(dir, &["lock", "upd"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // The attacker's update, with a lock approving it made elsewhere (by capgate, with
+    // another data directory), both copied over the user's.
+    std::fs::write(dir.join("atk/kit.yaml"), kit("\"**\"")).unwrap();
+    let made = Command::new(BIN)
+        .args(["lock", "atk", "--approve"])
+        .current_dir(dir)
+        .env("CAPGATE_HOME", dir.join(".attacker"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0), "{}", text(&made));
+    for f in ["kit.yaml", "capgate.lock"] {
+        std::fs::copy(dir.join("atk").join(f), dir.join("upd").join(f)).unwrap();
+    }
+    let out = capgate(dir, &["lock", "upd"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("is not the lock you last approved"), "{said}");
+    assert!(said.contains("+ network.runtime.allow: **"), "{said}");
+    // Removed: the same.
+    std::fs::remove_file(dir.join("upd/capgate.lock")).unwrap();
+    let out = capgate(dir, &["lock", "upd"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(!dir.join("upd/capgate.lock").exists());
+    // The twin: approved with capgate, the new lock is the user's, and quiet after.
+    let out = capgate(dir, &["lock", "upd", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = capgate(dir, &["lock", "upd", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

@@ -2319,10 +2319,12 @@ fn run_with_agent(
     sock: Option<&str>,
     script: &str,
 ) -> (Option<i32>, String, String) {
-    let kit = env.path("sshkit");
+    // Each call is a new kit, in a directory of its own: no lock an earlier one approved
+    // gates it (a lock merely removed would be: the data directory keeps approvals).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let kit = env.path(&format!("sshkit-{n}"));
     std::fs::create_dir_all(&kit).unwrap();
-    // Each call is a new kit: no lock of an earlier one gates it.
-    let _ = std::fs::remove_file(kit.join("capgate.lock"));
     std::fs::write(
         kit.join("kit.yaml"),
         format!(
@@ -2551,10 +2553,13 @@ fn ssh_logins_under_authenticate_bounds_need_a_known_granted_server() {
     let known = home.join(".ssh/known_hosts");
     std::fs::write(&known, sshd.known_hosts_line("sshd.test")).unwrap();
 
+    // Each login is a new kit, in a directory of its own: no lock an earlier one approved
+    // gates it (a lock merely removed would be: the data directory keeps approvals).
+    let calls = std::cell::Cell::new(0);
     let login_with = |sshd: &Sshd, authenticate: &str| -> (bool, String) {
-        let kit = env.path("sshlogin");
+        let kit = env.path(&format!("sshlogin-{}", calls.get()));
+        calls.set(calls.get() + 1);
         std::fs::create_dir_all(&kit).unwrap();
-        let _ = std::fs::remove_file(kit.join("capgate.lock"));
         std::fs::write(
             kit.join("kit.yaml"),
             format!(

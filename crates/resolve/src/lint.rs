@@ -45,15 +45,19 @@ pub enum Check {
     /// An agent-context@1 `contentFile` that cannot be read from the kit's directory: the
     /// run refuses the kit (or, for an optional entry, goes without the body).
     ContentFile,
+    /// An allowed host written with letters beyond ASCII: a name in another script can
+    /// pass for a familiar one (`api.gіthub.com`, a Cyrillic `і`).
+    NonAsciiHost,
 }
 
 impl Check {
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::InvalidHost,
         Check::UnwritablePlace,
         Check::InvalidReadPath,
         Check::ContentFile,
         Check::WildcardHost,
+        Check::NonAsciiHost,
         Check::AddressHost,
         Check::ShadowedAllow,
         Check::TierMismatch,
@@ -71,13 +75,17 @@ impl Check {
             Check::UnwritablePlace => "unwritable-place",
             Check::InvalidReadPath => "invalid-read-path",
             Check::ContentFile => "content-file",
+            Check::NonAsciiHost => "non-ascii-host",
         }
     }
 
     /// Whether `--strict` makes this check's warnings errors (seed 002: strict lint fails on
     /// wildcard hosts and determinism tier mismatches).
     pub fn strict_refuses(self) -> bool {
-        matches!(self, Check::WildcardHost | Check::TierMismatch)
+        matches!(
+            self,
+            Check::WildcardHost | Check::TierMismatch | Check::NonAsciiHost
+        )
     }
 }
 
@@ -118,6 +126,9 @@ pub struct Options<'a> {
     /// linted, if anything: read the way `capgate run` reads it, handed in because lint
     /// itself reads no file.
     pub content_problem: &'a dyn Fn(&str) -> Option<String>,
+    /// A host as DNS sees it (IDNA's ASCII form), when the policy can read it: handed in
+    /// like `host_problem`.
+    pub ascii_host: &'a dyn Fn(&str) -> Option<String>,
 }
 
 impl fmt::Debug for Options<'_> {
@@ -163,6 +174,21 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     }
     for g in grants.iter().filter(|g| g.allow) {
         hosts(g, &grants, &mut out);
+        for &(host, pos) in &g.hosts {
+            if host.is_ascii() {
+                continue;
+            }
+            let dns =
+                (options.ascii_host)(host).map_or_else(String::new, |a| format!(" (`{a}` in DNS)"));
+            out.warn(
+                Check::NonAsciiHost,
+                &g.path,
+                pos,
+                format!(
+                    "`{host}`{dns} is written with letters beyond ASCII, and a name in another script can pass for a familiar one; write the ASCII form"
+                ),
+            );
+        }
     }
     if let Some(tier) = tier {
         tier_mismatches(tier, &entries, &grants, &mut out);
@@ -628,6 +654,7 @@ mod tests {
                 h.contains("..")
                     .then(|| format!("`{h}` has an empty label"))
             },
+            ascii_host: &|h: &str| Some(format!("ascii-of-{}", h.len())),
             // A stand-in for the kit directory: only `present.md` is there.
             content_problem: &|f: &str| (f != "present.md").then(|| format!("`{f}`: not found")),
         }
