@@ -1,5 +1,6 @@
 //! `capgate lock`: record the grant set; on update, list widenings and stop for approval.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
@@ -97,6 +98,9 @@ pub struct GateMode {
     pub json_when_approved: bool,
 }
 
+/// Widenings of one kit and category printed one by one before the rest is counted.
+const SHOWN_PER_CATEGORY: usize = 20;
+
 /// The largest lock read: kits are at most 1 MiB each, and a lock records less of them.
 const MAX_LOCK_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -185,12 +189,32 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             let mut err = std::io::stderr().lock();
             writeln!(err, "The composition widens what `{name}` approved:")?;
             let mut last_kit = "";
+            // A kit listing thousands of entries must not scroll the one that matters off
+            // the screen: past SHOWN_PER_CATEGORY per kit and category, a count.
+            let mut shown: BTreeMap<(&str, &str), usize> = BTreeMap::new();
             for w in &widenings {
                 // Kit text is spelled out: a control character in a detail must not be
                 // able to move the cursor and erase the widening printed above it.
                 if w.kit != last_kit {
                     writeln!(err, "{}:", printable(&w.kit))?;
                     last_kit = &w.kit;
+                }
+                let n = shown.entry((&w.kit, w.category.as_str())).or_default();
+                *n += 1;
+                if *n > SHOWN_PER_CATEGORY {
+                    if *n == SHOWN_PER_CATEGORY + 1 {
+                        let total = widenings
+                            .iter()
+                            .filter(|o| o.kit == w.kit && o.category == w.category)
+                            .count();
+                        writeln!(
+                            err,
+                            "  + {}: … and {} more (capgate lock --json lists them all)",
+                            w.category.as_str(),
+                            total - SHOWN_PER_CATEGORY
+                        )?;
+                    }
+                    continue;
                 }
                 // A host in another script is also shown as DNS sees it: `api.gіthub.com`
                 // (a Cyrillic `і`) must not pass for the name it imitates.

@@ -1032,3 +1032,47 @@ fn a_lock_replaced_with_the_kits_is_held_to_what_the_user_approved() {
     let out = capgate(dir, &["lock", "upd", "--check"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
+
+/// A kit that lists thousands of places is gated (places are looked up, not scanned, so
+/// this takes a moment, not minutes), and the prompt shows 20 per category and counts the
+/// rest, so a widening of another category stays on the screen.
+#[test]
+fn thousands_of_widenings_are_gated_fast_and_counted_in_the_prompt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    let kit = |prefix: &str, extra: &str| {
+        let places: Vec<String> = (0..20_000).map(|i| format!("/t/{prefix}{i}")).collect();
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config: {{write: [{}]}}\n{extra}",
+            places.join(", ")
+        )
+    };
+    std::fs::write(dir.join("w/kit.yaml"), kit("a", "")).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        kit(
+            "b",
+            "  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [evil.example.com]}}\n",
+        ),
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert_eq!(
+        said.matches("+ filesystem.write: /t/b").count(),
+        20,
+        "{said}"
+    );
+    assert!(
+        said.contains("+ filesystem.write: … and 19980 more (capgate lock --json lists them all)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("+ network.runtime.allow: evil.example.com"),
+        "{said}"
+    );
+}

@@ -166,11 +166,12 @@ impl Lock {
             .layered_selections()
             .map(|(u, selection)| gated_surface(u, selection))
             .collect();
+        let said: std::collections::HashSet<(Category, String)> = widenings
+            .iter()
+            .map(|k| (k.category, k.detail.clone()))
+            .collect();
         for w in diff_widenings(&granted, &composed_restrictions(&surfaces)) {
-            if !widenings
-                .iter()
-                .any(|k| k.category == w.category && k.detail == w.detail)
-            {
+            if !said.contains(&(w.category, w.detail.clone())) {
                 widenings.push(KitWidening {
                     kit: COMPOSITION.to_owned(),
                     category: w.category,

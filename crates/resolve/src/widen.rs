@@ -300,16 +300,21 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
 /// The candidate's egress triples no granted one covers: the same one, or a `tcp` triple
 /// on the same host and port (which carries HTTP and HTTPS too).
 fn egress_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
+    // Looked up, not scanned: a kit may list thousands.
+    let exact: BTreeSet<&str> = granted.iter().map(String::as_str).collect();
+    let tcp: BTreeSet<&str> = granted
+        .iter()
+        .filter_map(|g| {
+            g.rsplit_once('/')
+                .filter(|(_, p)| *p == "tcp")
+                .map(|(at, _)| at)
+        })
+        .collect();
     candidate
         .iter()
         .filter(|c| {
-            !granted.iter().any(|g| {
-                *g == **c
-                    || match (g.rsplit_once('/'), c.rsplit_once('/')) {
-                        (Some((g_at, "tcp")), Some((c_at, _))) => g_at == c_at,
-                        _ => false,
-                    }
-            })
+            !exact.contains(c.as_str())
+                && !c.rsplit_once('/').is_some_and(|(at, _)| tcp.contains(at))
         })
         .cloned()
         .collect()
@@ -329,12 +334,18 @@ fn place_widenings(
     let Some(candidate) = candidate else {
         return vec![unlisted.to_owned()];
     };
+    // A path is beneath a granted one when one of its ancestors (itself included) is
+    // granted: looked up, not scanned, as a kit may list thousands.
+    let granted: BTreeSet<&std::path::Path> = granted
+        .iter()
+        .map(|g| std::path::Path::new(g.as_str()))
+        .collect();
     candidate
         .iter()
         .filter(|c| {
-            !granted
-                .iter()
-                .any(|g| std::path::Path::new(c.as_str()).starts_with(g))
+            !std::path::Path::new(c.as_str())
+                .ancestors()
+                .any(|a| granted.contains(a))
         })
         .cloned()
         .collect()

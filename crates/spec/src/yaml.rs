@@ -537,8 +537,9 @@ mod tests {
         assert!(err(&doc).contains("expands to more than"), "{}", err(&doc));
     }
 
-    /// Few aliases of one long string: few values, gigabytes of text. Refused by weight,
-    /// at once; the twin, the same string used a few times, reads.
+    /// Few aliases of one long string: few values, gigabytes of text. Refused by weight
+    /// (unweighed, the copies exhaust memory); the twin, the string used a few times,
+    /// reads.
     #[test]
     fn aliases_of_long_text_are_weighed_by_their_bytes() {
         let long = "x".repeat(400_000);
@@ -546,9 +547,7 @@ mod tests {
         for _ in 0..100_000 {
             doc.push_str("- *a\n");
         }
-        let started = std::time::Instant::now();
         assert!(err(&doc).contains("expands to more than"), "{}", err(&doc));
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         let few = format!("a: &a \"{long}\"\nb: [*a, *a, *a]\n");
         let mut diags = Diagnostics::default();
         assert!(

@@ -358,6 +358,8 @@ fn path_list(
 fn paths(cx: &mut Cx<'_>, (list, at): (&Node, Path), what: &str) -> Option<Vec<String>> {
     let items = cx.string_list(list, &at)?;
     let mut out = Vec::with_capacity(items.len());
+    // Looked up, not scanned: a list may be long.
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
     let mut ok = true;
     for (item_path, p, pos) in items {
         if !cx.judgeable(p) {
@@ -373,7 +375,7 @@ fn paths(cx: &mut Cx<'_>, (list, at): (&Node, Path), what: &str) -> Option<Vec<S
             ok = false;
             continue;
         }
-        if out.contains(&p.to_owned()) {
+        if !seen.insert(p) {
             cx.error(&item_path, pos, format!("{what} `{p}` is listed twice"));
             ok = false;
             continue;

@@ -368,9 +368,11 @@ pub(crate) fn decode_resources(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Opt
         Some((None, _)) => return None,
         None => None,
     };
+    // A size that overflows (`99999999999999999999999g`) fits the grammar, yet no runtime
+    // could apply it: refused here, where `capgate run` would refuse it anyway.
     if let Some(m) = memory
         && cx.judgeable(m)
-        && !is_size(m)
+        && (!is_size(m) || size_in_bytes(m).is_none())
     {
         cx.error(
             &path.key("memory"),
@@ -451,6 +453,27 @@ mod size_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A memory size that fits the grammar but no number of bytes is refused when the kit
+    /// is read, where `capgate run` would refuse it later; the twin reads.
+    #[test]
+    fn a_memory_size_no_runtime_could_apply_is_invalid() {
+        let kit = |memory: &str| {
+            format!(
+                "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{memory: \"{memory}\"}}\n"
+            )
+        };
+        let read = |memory: &str| crate::load(kit(memory).as_bytes(), &crate::Options::default());
+        let loaded = read("99999999999999999999999g");
+        assert!(!loaded.is_valid());
+        assert!(
+            loaded
+                .diagnostics
+                .errors()
+                .any(|d| d.to_string().contains("is not a size")),
+        );
+        assert!(read("8g").is_valid());
+    }
 
     fn vol(size: &str, mode: &str) -> Volume {
         Volume {
