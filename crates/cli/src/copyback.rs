@@ -23,6 +23,15 @@ enum Diverted {
     Folder(PathBuf),
 }
 
+/// What the composition is read from, as host paths: files (descriptors, bodies, the lock)
+/// and the directories of kits given as directories, where any descriptor-like file
+/// (`*.yaml`, `*.yml`, `*.dockerfile`) could become the descriptor read.
+#[derive(Debug, Default)]
+pub struct KitFiles {
+    pub files: Vec<PathBuf>,
+    pub dirs: Vec<PathBuf>,
+}
+
 /// What a copy-back left undone.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -40,7 +49,7 @@ pub fn copy_back(
     workspace: &Path,
     sandbox: &str,
     data: &Path,
-    kit_files: &[PathBuf],
+    kit: &KitFiles,
 ) -> Result<Outcome> {
     let found = copyback::scan(upper, &Limits::default()).with_context(|| {
         format!(
@@ -48,12 +57,27 @@ pub fn copy_back(
             upper.display()
         )
     })?;
-    let also = host_runners(workspace, kit_files)?;
+    let also = host_runners(workspace, &kit.files)?;
+    let root = std::fs::canonicalize(workspace)?;
+    let kit_dirs: Vec<PathBuf> = kit
+        .dirs
+        .iter()
+        .filter_map(|d| d.strip_prefix(&root).ok().map(Path::to_path_buf))
+        .collect();
+    // A descriptor-like file in a kit directory could be read instead of the kit's own.
+    let descriptor_like = |path: &Path| {
+        path.parent()
+            .is_some_and(|p| kit_dirs.iter().any(|d| d == p))
+            && path
+                .extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "dockerfile")
+    };
     let mut apply = Vec::new();
     let mut divert: Vec<(Change, &str)> = Vec::new();
     let mut metadata = 0usize;
     for change in found.changes {
         match copyback::divert_reason(&change, &also) {
+            None if descriptor_like(&change.path) => divert.push((change, KIT_FILE_REASON)),
             None => apply.push(change),
             Some(_) if is_git_metadata(&change.path) => metadata += 1,
             // A directory is carried by the files diverted beneath it.

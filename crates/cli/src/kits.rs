@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use capgate_resolve::{Unit, digest_of};
+use capgate_spec::text::printable;
 use capgate_spec::{Kind, Options};
 
 use crate::kitref;
@@ -37,22 +38,25 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
         let file = match kitref::descriptor_path(path) {
             Ok(f) => f,
             Err(e) => {
-                problems.push(format!("{e:#}"));
+                problems.push(printable(&format!("{e:#}")).into_owned());
                 continue;
             }
         };
         let bytes = match crate::state::read_kit_file(&file) {
             Ok(b) => b,
             Err(e) => {
-                problems.push(format!("{}: cannot read the file: {e}", file.display()));
+                problems.push(format!("{}: cannot read the file: {e}", shown(&file)));
                 continue;
             }
         };
         let loaded = capgate_spec::load(&bytes, &Options::default());
         if !loaded.is_valid() {
-            problems.extend(loaded.diagnostics.errors().map(|d| {
-                capgate_spec::text::printable(&format!("{}:{d}", file.display())).into_owned()
-            }));
+            problems.extend(
+                loaded
+                    .diagnostics
+                    .errors()
+                    .map(|d| format!("{}:{d}", shown(&file))),
+            );
             continue;
         }
         loaded_all.push((path.clone(), file, bytes, loaded));
@@ -100,11 +104,13 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
                 effective
                     .diagnostics
                     .errors()
-                    .map(|d| format!("{}:{d} (after arg expansion)", file.display())),
+                    .map(|d| format!("{}:{d} (after arg expansion)", shown(file))),
             ),
-            Err(errors) => {
-                problems.extend(errors.iter().map(|e| format!("{}: {e}", file.display())))
-            }
+            Err(errors) => problems.extend(
+                errors
+                    .iter()
+                    .map(|e| format!("{}: {}", shown(file), printable(&e.to_string()))),
+            ),
         }
     }
     if problems.is_empty() {
@@ -115,6 +121,12 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
     } else {
         Err(problems)
     }
+}
+
+/// A file's name as shown: anyone's choice, so spelled out (diagnostics spell out the
+/// kit text they quote themselves).
+fn shown(file: &Path) -> String {
+    printable(&file.display().to_string()).into_owned()
 }
 
 /// The lock's file name; by default it lies beside the workload kit.

@@ -133,8 +133,8 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
     // The lock sits beside the kits, where whoever ships them can replace it with one
     // that approves their update. What this user last approved there is kept in the data
     // directory too, and that is what the candidate is held to.
-    let record = approval_record(lock_path)?;
-    let recorded = read_record(&record);
+    let records = approval_records(lock_path)?;
+    let recorded = records.iter().find_map(|r| read_record(r));
     let replaced = recorded
         .as_ref()
         .is_some_and(|r| existing.as_ref() != Some(r));
@@ -246,8 +246,10 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         if !unchanged {
             write(&candidate)?;
         }
-        if recorded.as_ref() != Some(&candidate) {
-            crate::state::write_private(&record, candidate.to_json().as_bytes())?;
+        for record in &records {
+            if read_record(record).as_ref() != Some(&candidate) {
+                crate::state::write_private(record, candidate.to_json().as_bytes())?;
+            }
         }
         if args.json {
             if args.json_when_approved {
@@ -295,20 +297,29 @@ pub fn ascii_form(host: &str) -> Option<String> {
 }
 
 /// Where the data directory keeps what this user last approved at `lock_path`: a copy of
-/// that lock, named by the SHA-256 of the lock's absolute path.
-fn approval_record(lock_path: &Path) -> Result<PathBuf> {
+/// that lock, named by the SHA-256 of the lock's absolute path, once as the user spelled
+/// it and once with its links resolved. Either finds the approval: a kit directory
+/// replaced by a link to another (which an update can do) does not make its lock a new one.
+fn approval_records(lock_path: &Path) -> Result<Vec<PathBuf>> {
     let dir = lock_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let absolute = std::fs::canonicalize(dir)
+    let resolved = std::fs::canonicalize(dir)
         .with_context(|| format!("cannot find `{}`", dir.display()))?
         .join(lock_path.file_name().unwrap_or_default());
-    let name = capgate_resolve::digest_of(absolute.as_os_str().as_encoded_bytes());
-    let name = name.trim_start_matches("sha256:");
-    Ok(crate::state::data_dir()?
-        .join("approved-locks")
-        .join(format!("{name}.json")))
+    let spelled = std::path::absolute(lock_path)
+        .with_context(|| format!("cannot find `{}`", lock_path.display()))?;
+    let store = crate::state::data_dir()?.join("approved-locks");
+    let mut out: Vec<PathBuf> = Vec::new();
+    for path in [spelled, resolved] {
+        let name = capgate_resolve::digest_of(path.as_os_str().as_encoded_bytes());
+        let record = store.join(format!("{}.json", name.trim_start_matches("sha256:")));
+        if !out.contains(&record) {
+            out.push(record);
+        }
+    }
+    Ok(out)
 }
 
 /// The lock this user last approved, kept at `record`; `None` when there is none (or it

@@ -30,6 +30,8 @@ const NO_COOKIE: u32 = u32::MAX;
 /// Where `idiag_uid` stands in a reply: after the 16-byte netlink header, four bytes of
 /// family/state/timer/retrans, the 48-byte socket id and expires/rqueue/wqueue.
 const UID_AT: usize = 16 + 4 + 48 + 12;
+/// Where `idiag_inode` stands: right after the uid.
+const INODE_AT: usize = UID_AT + 4;
 const STATE_AT: usize = 16 + 1;
 
 /// The uid owning the socket bound to `peer` (`local` is this end: the published port).
@@ -124,6 +126,12 @@ fn parse(reply: &[u8], transport: Transport) -> io::Result<Option<u32>> {
             if transport == Transport::Tcp && state == TCP_TIME_WAIT {
                 return Ok(None);
             }
+            // A socket no process holds any more (closed by its client: a time-wait
+            // socket in its FIN_WAIT2 substate, or an orphan) has no inode, and the kernel
+            // reports uid 0 for it: that is no one, not root.
+            if u32_at(INODE_AT).ok_or_else(truncated)? == 0 {
+                return Ok(None);
+            }
             Ok(Some(u32_at(UID_AT).ok_or_else(truncated)?))
         }
         other => Err(io::Error::new(
@@ -166,8 +174,12 @@ mod tests {
         // A port nobody is connected from.
         let nobody = SocketAddrV4::new(Ipv4Addr::LOCALHOST, v4(peer).port() ^ 1);
         assert_eq!(owner(Transport::Tcp, nobody, local).unwrap(), None);
-        // Closed first by the client: TIME_WAIT on its side, which no one owns.
+        // Closed by the client while the server holds its end: the client's socket waits
+        // in FIN_WAIT2 without a process (reported with uid 0 and no inode): no one.
         drop(client);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), None);
+        // Closed by both: TIME_WAIT on the client's side, which no one owns either.
         drop(served);
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), None);

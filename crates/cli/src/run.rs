@@ -985,17 +985,20 @@ fn run_provisioned(
 }
 
 /// The host files the composition is read from: each kit's descriptor and the bodies its
-/// agent-context@1 entries read (`contentFile`), and the lock. Copy-back diverts the
-/// workload's changes to them: applied, the next run would approve the workload's own
-/// grants and hooks.
-fn kit_files(provisioned: &Provisioned) -> Vec<PathBuf> {
+/// agent-context@1 entries read (`contentFile`), and the lock; and each kit directory,
+/// where a new descriptor (`kit.yaml`, which is read first) would replace the one in use.
+/// Copy-back diverts the workload's changes to them: applied, the next run would approve
+/// the workload's own grants and hooks.
+fn kit_files(provisioned: &Provisioned) -> crate::copyback::KitFiles {
     let mut out = vec![provisioned.lock.clone()];
+    let mut dirs = Vec::new();
     for unit in provisioned.plan.layered_units() {
         let kit = provisioned.base.join(&unit.reference);
         let Ok(descriptor) = crate::kitref::descriptor_path(&kit) else {
             continue;
         };
         let dir = if kit.is_dir() {
+            dirs.push(std::fs::canonicalize(&kit).unwrap_or_else(|_| kit.clone()));
             kit.clone()
         } else {
             descriptor
@@ -1012,9 +1015,13 @@ fn kit_files(provisioned: &Provisioned) -> Vec<PathBuf> {
         }
         out.push(descriptor);
     }
-    out.into_iter()
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-        .collect()
+    crate::copyback::KitFiles {
+        files: out
+            .into_iter()
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+            .collect(),
+        dirs,
+    }
 }
 
 /// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between

@@ -981,6 +981,16 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     let out = capgate(dir, &["validate", "named"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     no_escape(&out);
+    // The same name on a valid kit, named in an arg problem found after reading it.
+    std::fs::create_dir_all(dir.join("shipped")).unwrap();
+    std::fs::write(
+        dir.join("shipped/x\u{1b}]0;PWNED\u{7}\u{1b}[2J.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\nargs:\n  version: {pattern: '[0-9]+'}\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["resolve", "shipped", "--arg", "version=x"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    no_escape(&out);
 }
 
 /// The lock lies beside the kits, where whoever ships them can replace it: an update that
@@ -1026,6 +1036,19 @@ fn a_lock_replaced_with_the_kits_is_held_to_what_the_user_approved() {
     let out = capgate(dir, &["lock", "upd"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(!dir.join("upd/capgate.lock").exists());
+    // The kit directory replaced by a link to one holding both files (a new path once
+    // resolved): held to the same approval.
+    std::fs::rename(dir.join("upd"), dir.join("upd.old")).unwrap();
+    std::fs::create_dir_all(dir.join("upd.v2")).unwrap();
+    for f in ["kit.yaml", "capgate.lock"] {
+        std::fs::copy(dir.join("atk").join(f), dir.join("upd.v2").join(f)).unwrap();
+    }
+    std::os::unix::fs::symlink("upd.v2", dir.join("upd")).unwrap();
+    let out = capgate(dir, &["lock", "upd"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    std::fs::remove_file(dir.join("upd")).unwrap();
+    std::fs::remove_dir_all(dir.join("upd.v2")).unwrap();
+    std::fs::rename(dir.join("upd.old"), dir.join("upd")).unwrap();
     // The twin: approved with capgate, the new lock is the user's, and quiet after.
     let out = capgate(dir, &["lock", "upd", "--approve"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

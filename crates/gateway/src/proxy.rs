@@ -1986,18 +1986,30 @@ const METHOD_OVERRIDES: [&str; 3] = [
     "x-method-override",
 ];
 
-/// The methods the `_method` parameters of a request's query name (keys and values
-/// percent-decoded), which some frameworks run instead of the request's method.
+/// The methods the `_method` parameters of a request's query name, which some frameworks
+/// run instead of the request's method. Keys are read as the most lenient of them reads
+/// them (PHP, under Laravel and Symfony): pairs split on `&` or `;`, `+` a space, percent
+/// escapes decoded, a space or `.` in a name read as `_`, and `name[…]` as `name`; so
+/// `.method`, `+method` and `_method[]` all count.
 fn query_methods(path_and_query: &str) -> Vec<Vec<u8>> {
     let Some((_, query)) = path_and_query.split_once('?') else {
         return Vec::new();
     };
+    let decode = |text: &str| crate::broker::percent_decode(text.replace('+', " ").as_bytes());
     query
-        .split('&')
+        .split(['&', ';'])
         .filter_map(|pair| {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (crate::broker::percent_decode(key.as_bytes()) == b"_method")
-                .then(|| crate::broker::percent_decode(value.as_bytes()))
+            let mut key = decode(key);
+            if let Some(open) = key.iter().position(|&b| b == b'[') {
+                key.truncate(open);
+            }
+            for b in &mut key {
+                if matches!(*b, b' ' | b'.') {
+                    *b = b'_';
+                }
+            }
+            (key == b"_method").then(|| decode(value))
         })
         .collect()
 }

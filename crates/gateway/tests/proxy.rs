@@ -1808,6 +1808,11 @@ async fn a_known_method_in_another_letter_case_is_refused() {
         "_method=DELETE",
         "a=1&%5Fmethod=delete",
         "_method=POST&_method=DELETE",
+        ".method=DELETE",
+        "+method=DELETE",
+        "%20method=DELETE",
+        "_method[]=DELETE",
+        "a=1;_method=DELETE",
     ] {
         let out = raw_exchange(&h, in_query(query).as_bytes()).await;
         assert!(
