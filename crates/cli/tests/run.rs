@@ -2828,3 +2828,46 @@ fn agent_context_profiles_index_the_kits_bodies() {
     assert!(!stdout.contains("SECRET"));
     assert!(stderr.contains("outside the kit's directory"), "{stderr}");
 }
+
+/// A command's stdout and stderr sent to one file (`> log 2>&1`, as CI logs are) reach it
+/// whole: the two relays write at the file's shared offset and never over each other, and
+/// each stream keeps its order (the two streams may interleave differently than they were
+/// written: they reach the file through two pipes).
+#[test]
+fn stdout_and_stderr_to_one_file_lose_nothing() {
+    let env = setup();
+    let log = env.path("log.txt");
+    let file = std::fs::File::create(&log).unwrap();
+    let status = Command::new(BIN)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 300 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done",
+        ])
+        .current_dir(env.path("ws"))
+        .env("CAPGATE_HOME", env.path("home"))
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    for stream in ["out", "err"] {
+        let seen: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(stream))
+            .map(str::to_owned)
+            .collect();
+        let expected: Vec<String> = (0..300).map(|i| format!("{stream}{i}")).collect();
+        assert_eq!(seen, expected, "{text}");
+    }
+    // Nothing else but capgate's own first-run line (it writes the built-in kit's lock).
+    let other: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("out") && !l.starts_with("err"))
+        .collect();
+    assert!(other.iter().all(|l| l.starts_with("wrote ")), "{other:?}");
+}

@@ -104,7 +104,7 @@ impl Relay {
             .spawn(move || {
                 // Ends at end-of-file, or when the other side is closed (a command that
                 // read no more of its input); neither is an error of the run's.
-                let _ = std::io::copy(&mut from, &mut to);
+                let _ = copy_by_writes(&mut from, &mut to);
                 let _ = tx.send(());
             })
             .map_err(os("start a stdio relay"))?;
@@ -122,6 +122,24 @@ impl Relay {
         {
             let _ = done.recv_timeout(std::time::Duration::from_secs(2));
         }
+    }
+}
+
+/// Copies `from` to `to` with read(2) and write(2) until end-of-file. Not `io::copy`,
+/// which splices into a file: splice(2) moves the file's offset without the lock that
+/// write(2) takes, so the stdout and stderr relays of a command whose output goes to one
+/// file (`> log 2>&1`) would write over each other, and lines would be lost.
+fn copy_by_writes(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io::Result<()> {
+    use std::io::{Read as _, Write as _};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
     }
 }
 
