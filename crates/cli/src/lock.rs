@@ -361,7 +361,7 @@ fn print_json(lock: &str, widenings: &[KitWidening], written: bool) -> Result<()
         widenings,
         written,
     };
-    println!("{}", serde_json::to_string_pretty(&body)?);
+    println!("{}", crate::json_text(&body)?);
     Ok(())
 }
 

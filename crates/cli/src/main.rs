@@ -193,6 +193,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// `value` as pretty JSON for stdout: the same value, with what would act on a terminal
+/// (C1 controls, invisible and bidirectional characters, which serde leaves as they are)
+/// written as `\u` escapes. Kit text and workload hosts reach `--json` output too.
+pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let text = serde_json::to_string_pretty(value)?;
+    Ok(capgate_spec::text::json_safe(&text).into_owned())
+}
+
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     let pipe = Some(std::io::ErrorKind::BrokenPipe);
     e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
@@ -220,7 +228,7 @@ fn harden_process() {
 fn doctor(json: bool) -> anyhow::Result<u8> {
     let report = capgate_sandbox::probe_host();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", crate::json_text(&report)?);
     } else {
         print!("{report}");
     }
@@ -233,6 +241,6 @@ fn doctor(json: bool) -> anyhow::Result<u8> {
 
 fn print_schema() -> anyhow::Result<u8> {
     let schema = capgate_spec::schema::descriptor_schema();
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    println!("{}", crate::json_text(&schema)?);
     Ok(exit::OK)
 }

@@ -235,9 +235,7 @@ fn prune_log(before: Timestamp, json: bool) -> Result<u8> {
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "pruned": removed, "before": before })
-            )?
+            crate::json_text(&serde_json::json!({ "pruned": removed, "before": before }))?
         );
     } else {
         println!(
@@ -303,7 +301,7 @@ fn ls(a: &LsArgs) -> Result<u8> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "rules": rules }))?
+            crate::json_text(&serde_json::json!({ "rules": rules }))?
         );
         return Ok(exit::OK);
     }
@@ -527,7 +525,7 @@ fn check(a: &CheckArgs) -> Result<u8> {
             allowed: verdict.is_allowed(),
             verdict: &verdict,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", crate::json_text(&out)?);
     } else {
         let what = match method {
             Some(m) => format!("{} {shown}{path}", m.as_str()),
@@ -572,9 +570,7 @@ fn show_log(a: &LogArgs) -> Result<u8> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "hosts": summaries, "pruned": pruned })
-            )?
+            crate::json_text(&serde_json::json!({ "hosts": summaries, "pruned": pruned }))?
         );
         return Ok(exit::OK);
     }
@@ -666,9 +662,7 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "events": events, "pruned": pruned })
-            )?
+            crate::json_text(&serde_json::json!({ "events": events, "pruned": pruned }))?
         );
         return Ok(exit::OK);
     }

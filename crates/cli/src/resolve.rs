@@ -64,10 +64,7 @@ pub fn plan_kits(
 pub fn report_refusals(refusals: &[Refusal], json: bool) {
     if json {
         let body = serde_json::json!({ "refused": refusals });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&body).unwrap_or_default()
-        );
+        println!("{}", crate::json_text(&body).unwrap_or_default());
     } else {
         eprintln!("capgate: the composition is refused:");
         for r in refusals {
@@ -95,7 +92,7 @@ pub fn run(args: &Args) -> Result<u8> {
             skipped: plan.skipped(),
             descriptor: plan.composed.descriptor(),
         };
-        serde_json::to_writer_pretty(&mut out, &body)?;
+        write!(out, "{}", crate::json_text(&body)?)?;
         writeln!(out)?;
     } else {
         out.write_all(render(&plan).as_bytes())?;

@@ -220,7 +220,7 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
             kits: plan.order(),
             rules,
         };
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        println!("{}", crate::json_text(&body)?);
     } else {
         println!(
             "created sandbox `{}` from {} ({} kit rules provisioned)",
@@ -238,7 +238,7 @@ pub fn ls(args: &LsArgs) -> Result<u8> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "sandboxes": sandboxes }))?
+            crate::json_text(&serde_json::json!({ "sandboxes": sandboxes }))?
         );
     } else if sandboxes.is_empty() {
         println!("no sandboxes (create one with `capgate create NAME --kit KIT`)");

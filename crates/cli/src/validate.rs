@@ -234,7 +234,7 @@ pub fn run(args: &Args) -> Result<u8> {
     }
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
+        write!(out, "{}", crate::json_text(&report)?)?;
         writeln!(out)?;
     } else {
         for p in &report.problems {
@@ -354,7 +354,7 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
     };
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
+        write!(out, "{}", crate::json_text(&report)?)?;
         writeln!(out)?;
     } else {
         for p in &report.findings {

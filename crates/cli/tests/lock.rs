@@ -981,6 +981,26 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     let out = capgate(dir, &["validate", "named"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     no_escape(&out);
+    // --json output: the same value, with C1 controls and bidirectional overrides (which
+    // JSON writers leave as they are) escaped.
+    std::fs::create_dir_all(dir.join("described")).unwrap();
+    std::fs::write(
+        dir.join("described/kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {container: 8000, name: \"ok\\x9b2J\\u202eevil\"}\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["resolve", "described", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let json = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(
+        !json.contains('\u{9b}') && !json.contains('\u{202e}'),
+        "{json}"
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        value["descriptor"]["capabilities"][0]["config"]["name"], "ok\u{9b}2J\u{202e}evil",
+        "{json}"
+    );
     // The same name on a valid kit, named in an arg problem found after reading it.
     std::fs::create_dir_all(dir.join("shipped")).unwrap();
     std::fs::write(

@@ -56,9 +56,59 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// JSON text (as serde_json writes it) with every character that [`acts`] and that serde
+/// leaves as it is (DEL, C1 controls, invisible and bidirectional characters) written as a
+/// `\uXXXX` escape: the same JSON value, safe to print on a terminal. JSON's own structure
+/// is ASCII, and serde already escapes the C0 controls inside strings.
+pub fn json_safe(json: &str) -> Cow<'_, str> {
+    let escaped = |c: char| acts(c) && u32::from(c) >= 0x7F;
+    if !json.chars().any(escaped) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if escaped(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// JSON keeps its value and loses what would act on a terminal.
+    #[test]
+    fn json_is_escaped_beyond_what_serde_escapes() {
+        let value = "a\u{9b}2J\u{202e}b\u{7f}\u{e0041}\n";
+        let json = format!("{{\n  \"k\": {}\n}}", serde_json_like(value));
+        let safe = json_safe(&json);
+        assert!(!safe.chars().any(|c| acts(c) && c != '\n'), "{safe}");
+        assert!(
+            safe.contains("\\u009b") && safe.contains("\\u202e") && safe.contains("\\udb40\\udc41")
+        );
+        assert_eq!(json_safe("{\"plain\": 1}"), "{\"plain\": 1}");
+    }
+
+    /// A JSON string literal as serde_json writes one (C0 escaped, the rest as it is).
+    fn serde_json_like(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '\n' => out.push_str("\\n"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
 
     /// Characters that show nothing, so that two names that differ look the same.
     #[test]
