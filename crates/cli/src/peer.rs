@@ -22,6 +22,9 @@ pub enum Transport {
 /// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLM_F_REQUEST: u16 = 1;
+/// `NLM_F_ROOT | NLM_F_MATCH`: every socket of the family and protocol.
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_DONE: u16 = 3;
 const NLMSG_ERROR: u16 = 2;
 /// `TCP_TIME_WAIT`: a socket its process has let go; the kernel reports uid 0 for it.
 const TCP_TIME_WAIT: u8 = 6;
@@ -43,22 +46,112 @@ pub fn owner(
     peer: SocketAddrV4,
     local: SocketAddrV4,
 ) -> io::Result<Option<u32>> {
-    let fd = rustix::net::socket_with(
+    let fd = diag_socket()?;
+    let request = request(transport, peer, local);
+    to_kernel(&fd, &request)?;
+    let mut reply = [0u8; 512];
+    let (got, _) = rustix::net::recv(&fd, &mut reply, RecvFlags::empty())?;
+    parse(&reply[..got.min(reply.len())], transport)
+}
+
+/// A sock_diag netlink socket.
+fn diag_socket() -> io::Result<rustix::fd::OwnedFd> {
+    Ok(rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::DGRAM,
         SocketFlags::CLOEXEC,
         Some(SOCK_DIAG),
-    )?;
-    let request = request(transport, peer, local);
+    )?)
+}
+
+/// Sends `request` to the kernel on `fd`.
+fn to_kernel(fd: &rustix::fd::OwnedFd, request: &[u8]) -> io::Result<()> {
     rustix::net::sendto(
-        &fd,
-        &request,
+        fd,
+        request,
         SendFlags::empty(),
         &SocketAddrNetlink::new(0, 0),
     )?;
-    let mut reply = [0u8; 512];
-    let (got, _) = rustix::net::recv(&fd, &mut reply, RecvFlags::empty())?;
-    parse(&reply[..got.min(reply.len())], transport)
+    Ok(())
+}
+
+/// Every UDP socket that could have sent from `peer`: bound to its port on a loopback or
+/// wildcard address, IPv4 or IPv6 (several sockets of different users may share a port
+/// with SO_REUSEADDR, and the kernel's best match for `peer` need not be the sender). The
+/// uid of each, `None` for one no process holds.
+pub fn udp_owners(peer: SocketAddrV4) -> io::Result<Vec<Option<u32>>> {
+    let fd = diag_socket()?;
+    let mut owners = Vec::new();
+    for family in [2u8, 10] {
+        // A dump of the family's UDP sockets whose own port is the peer's (in a dump, a
+        // non-zero port of the id filters; the address is judged below).
+        let any = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+        let mut request = request(
+            Transport::Tcp,
+            SocketAddrV4::new(*peer.ip(), peer.port()),
+            any,
+        );
+        request[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        request[16] = family;
+        request[17] = ip_proto::UDP;
+        to_kernel(&fd, &request)?;
+        let mut buf = vec![0u8; 64 * 1024];
+        'dump: loop {
+            let (got, _) = rustix::net::recv(&fd, &mut buf, RecvFlags::empty())?;
+            let mut at = 0;
+            while let Some(header) = buf.get(at..at + 16).filter(|_| at < got) {
+                let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
+                let kind = u16::from_ne_bytes([header[4], header[5]]);
+                let message = buf.get(at..at + len).filter(|_| len >= 16);
+                match (kind, message) {
+                    (NLMSG_DONE, _) => break 'dump,
+                    (NLMSG_ERROR, _) | (_, None) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "sock_diag refused the dump",
+                        ));
+                    }
+                    (_, Some(m)) => {
+                        if let Some(owner) = udp_candidate(m, peer) {
+                            owners.push(owner);
+                        }
+                    }
+                }
+                // Messages are aligned to 4 bytes.
+                at += (len + 3) & !3;
+            }
+        }
+    }
+    Ok(owners)
+}
+
+/// From one dumped `inet_diag_msg`: the owner of a socket bound to `peer`'s port on an
+/// address a datagram from `peer` could leave from, else `None` (not a candidate).
+fn udp_candidate(m: &[u8], peer: SocketAddrV4) -> Option<Option<u32>> {
+    let field = |at: usize, n: usize| m.get(at..at + n);
+    let family = *m.get(16)?;
+    let sport = u16::from_be_bytes(field(20, 2)?.try_into().ok()?);
+    if sport != peer.port() {
+        return None;
+    }
+    let src: [u8; 16] = field(24, 16)?.try_into().ok()?;
+    let v4 = |a: [u8; 4]| a == peer.ip().octets() || a == [0; 4] || a[0] == 127;
+    let fits = match family {
+        2 => v4([src[0], src[1], src[2], src[3]]),
+        10 => {
+            let ip = std::net::Ipv6Addr::from(src);
+            ip.is_unspecified()
+                || ip.is_loopback()
+                || ip.to_ipv4_mapped().is_some_and(|a| v4(a.octets()))
+        }
+        _ => false,
+    };
+    if !fits {
+        return None;
+    }
+    let uid = u32::from_ne_bytes(field(UID_AT, 4)?.try_into().ok()?);
+    let inode = u32::from_ne_bytes(field(INODE_AT, 4)?.try_into().ok()?);
+    Some((inode != 0).then_some(uid))
 }
 
 /// An exact-match `inet_diag_req_v2` for the socket whose own address is `peer` (TCP:
@@ -199,12 +292,14 @@ mod tests {
                 Some(me()),
                 "{bind}"
             );
+            assert_eq!(udp_owners(v4(peer)).unwrap(), vec![Some(me())], "{bind}");
             drop(client);
             assert_eq!(
                 owner(Transport::Udp, v4(peer), local).unwrap(),
                 None,
                 "{bind}"
             );
+            assert_eq!(udp_owners(v4(peer)).unwrap(), vec![], "{bind}");
         }
     }
 
@@ -214,13 +309,27 @@ mod tests {
         if me() != 0 {
             return None;
         }
+        let (child, line) = as_nobody(&format!(
+            "import socket, sys, time\ns = socket.create_connection(('127.0.0.1', {}))\nprint(s.getsockname()[1], flush=True)\ntime.sleep(30)",
+            to.port()
+        ));
+        let port: u16 = line.trim().parse().unwrap();
+        Some((child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// Runs a Python `script` as nobody (65534; only root can): the process, and the
+    /// first line it prints.
+    fn as_nobody(script: &str) -> (std::process::Child, String) {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
-            .arg(format!(
-                "import socket, sys, time\ns = socket.create_connection(('127.0.0.1', {}))\nprint(s.getsockname()[1], flush=True)\ntime.sleep(30)",
-                to.port()
-            ))
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+            ])
+            .arg(script)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -228,8 +337,7 @@ mod tests {
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port: u16 = line.trim().parse().unwrap();
-        Some((child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
+        (child, line)
     }
 
     /// As root, the uid read is another user's, not 0 (which a misread field would give).
@@ -248,6 +356,48 @@ mod tests {
         let _ = child.wait();
         assert_eq!(found, Some(65534));
         assert!(!may_reach(65534));
+    }
+
+    /// Sockets of two users can share a UDP port (SO_REUSEADDR): the kernel's best match
+    /// for the sender's address is root's socket, but the datagram came from nobody's.
+    /// Every socket on the port is named, so nobody's is seen.
+    #[test]
+    fn every_udp_socket_sharing_the_senders_port_is_named() {
+        if me() != 0 {
+            eprintln!("skipped: only root can make a socket of another user");
+            return;
+        }
+        let served = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let local = v4(served.local_addr().unwrap());
+        let ours = rustix::net::socket(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::DGRAM,
+            None,
+        )
+        .unwrap();
+        rustix::net::sockopt::set_socket_reuseaddr(&ours, true).unwrap();
+        rustix::net::bind(&ours, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let shared = match rustix::net::getsockname(&ours).unwrap().try_into().unwrap() {
+            SocketAddr::V4(a) => a.port(),
+            SocketAddr::V6(_) => panic!("not IPv4"),
+        };
+        let (mut child, _) = as_nobody(&format!(
+            "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {shared}))\ns.sendto(b'x', ('127.0.0.1', {}))\nprint('sent', flush=True)\ntime.sleep(10)",
+            local.port()
+        ));
+        let mut buf = [0u8; 4];
+        let (_, peer) = served.recv_from(&mut buf).unwrap();
+        let best = owner(Transport::Udp, v4(peer), local).unwrap();
+        let all = udp_owners(v4(peer)).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(v4(peer).port(), shared);
+        assert_eq!(best, Some(0), "the kernel's best match is root's socket");
+        assert!(
+            all.contains(&Some(65534)) && all.contains(&Some(0)),
+            "{all:?}"
+        );
+        drop(ours);
     }
 
     #[test]

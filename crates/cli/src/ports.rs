@@ -187,12 +187,30 @@ fn refused(
     key: &str,
     refusals: &AtomicUsize,
 ) -> bool {
-    let why = match (from, local) {
-        (SocketAddr::V4(from), SocketAddr::V4(local)) => {
+    let why = match (from, local, transport) {
+        (SocketAddr::V4(from), SocketAddr::V4(local), crate::peer::Transport::Tcp) => {
             match crate::peer::owner(transport, from, local) {
                 Ok(Some(uid)) if crate::peer::may_reach(uid) => return false,
                 Ok(Some(uid)) => format!("its socket belongs to uid {uid}"),
                 Ok(None) => "the kernel knows no owner of its socket".to_owned(),
+                Err(e) => format!("its owner could not be asked ({e})"),
+            }
+        }
+        // Every socket that could have sent it must be allowed: sockets of several users
+        // can share a UDP port (SO_REUSEADDR).
+        (SocketAddr::V4(from), SocketAddr::V4(_), crate::peer::Transport::Udp) => {
+            match crate::peer::udp_owners(from) {
+                Ok(owners) if owners.is_empty() || owners.contains(&None) => {
+                    "the kernel knows no owner of its socket".to_owned()
+                }
+                Ok(owners) => match owners
+                    .iter()
+                    .flatten()
+                    .find(|uid| !crate::peer::may_reach(**uid))
+                {
+                    None => return false,
+                    Some(uid) => format!("its socket belongs to uid {uid}"),
+                },
                 Err(e) => format!("its owner could not be asked ({e})"),
             }
         }

@@ -2871,3 +2871,31 @@ fn stdout_and_stderr_to_one_file_lose_nothing() {
         .collect();
     assert!(other.iter().all(|l| l.starts_with("wrote ")), "{other:?}");
 }
+
+/// Output that cannot be written (here to /dev/full, as to a full disk) is said on stderr,
+/// not lost without a word; the twin, /dev/null, says nothing.
+#[test]
+fn output_that_cannot_be_written_is_said() {
+    let env = setup();
+    let run_to = |path: &str| {
+        let sink = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let o = Command::new(BIN)
+            .args(["run", "--", "sh", "-c", "echo hello"])
+            .current_dir(env.path("ws"))
+            .env("CAPGATE_HOME", env.path("home"))
+            .stdin(Stdio::null())
+            .stdout(sink)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let said = run_to("/dev/full");
+    assert!(
+        said.contains(
+            "capgate: the command's output could not be written (No space left on device"
+        ),
+        "{said}"
+    );
+    assert!(!run_to("/dev/null").contains("could not be written"));
+}

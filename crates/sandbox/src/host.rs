@@ -103,8 +103,17 @@ impl Relay {
             .name("capgate-stdio".into())
             .spawn(move || {
                 // Ends at end-of-file, or when the other side is closed (a command that
-                // read no more of its input); neither is an error of the run's.
-                let _ = copy_by_writes(&mut from, &mut to);
+                // read no more of its input, a reader of the output that went away);
+                // neither is an error of the run's. Output that cannot be written (a full
+                // disk) is said, not lost without a word.
+                if let Err(e) = copy_by_writes(&mut from, &mut to)
+                    && direction == Direction::Out
+                    && e.kind() != std::io::ErrorKind::BrokenPipe
+                {
+                    eprintln!(
+                        "capgate: the command's output could not be written ({e}); the rest of it is lost"
+                    );
+                }
                 let _ = tx.send(());
             })
             .map_err(os("start a stdio relay"))?;
