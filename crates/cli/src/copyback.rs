@@ -57,8 +57,8 @@ pub fn copy_back(
             upper.display()
         )
     })?;
-    let also = host_runners(workspace, &kit.files)?;
     let root = std::fs::canonicalize(workspace)?;
+    let also = host_runners(&root, &kit.files)?;
     let kit_dirs: Vec<PathBuf> = kit
         .dirs
         .iter()
@@ -169,8 +169,8 @@ const TREE_WALK_LIMIT: usize = 1_000_000;
 /// Why a change to a kit file is diverted (see [`host_runners`]).
 const KIT_FILE_REASON: &str = "a kit or the lock of this sandbox: applied, the next run would approve the workload's own grants and hooks";
 
-/// Host paths inside `workspace` that are runners by the host's own doing, beyond
-/// [`copyback::RUNNERS`], as workspace-relative paths:
+/// Host paths inside the workspace (`root`, canonical) that are runners by the host's own
+/// doing, beyond [`copyback::RUNNERS`], as workspace-relative paths:
 /// - `kit_files`, the files the composition is read from (its kits' descriptors and
 ///   bodies, its lock);
 /// - for the repository around the workspace and every repository nested in it: each
@@ -185,8 +185,8 @@ const KIT_FILE_REASON: &str = "a kit or the lock of this sandbox: applied, the n
 /// link on its way and where the links lead, and, for a directory, with the targets of
 /// the links in it. Fails (and copy-back applies nothing) when git cannot read a
 /// repository that is there, or the tree is larger than [`TREE_WALK_LIMIT`].
-fn host_runners(workspace: &Path, kit_files: &[PathBuf]) -> Result<Vec<(PathBuf, &'static str)>> {
-    let root = std::fs::canonicalize(workspace)?;
+fn host_runners(root: &Path, kit_files: &[PathBuf]) -> Result<Vec<(PathBuf, &'static str)>> {
+    let root = root.to_path_buf();
     let mut named: Vec<(PathBuf, &'static str)> = kit_files
         .iter()
         .map(|p| (normalize(p), KIT_FILE_REASON))

@@ -7,6 +7,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+/// The directory of the kit at `reference`: the kit directory itself, or the directory
+/// its descriptor file lies in.
+pub fn kit_dir(reference: &Path) -> PathBuf {
+    if reference.is_dir() {
+        return reference.to_path_buf();
+    }
+    reference
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
 /// The descriptor file for `reference`.
 pub fn descriptor_path(reference: &Path) -> Result<PathBuf> {
     let meta = std::fs::metadata(reference)

@@ -140,14 +140,7 @@ impl Kits {
             .iter()
             .zip(&self.units)
             .find(|(_, u)| u.descriptor.kind == Kind::Workload)?;
-        let dir = if given.is_dir() {
-            given.clone()
-        } else {
-            given
-                .parent()
-                .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-        };
-        Some(dir.join(LOCK_FILE))
+        Some(kitref::kit_dir(given).join(LOCK_FILE))
     }
 
     /// Names every kit by its path relative to `base` (the lock's directory), so that the

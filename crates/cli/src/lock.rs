@@ -133,8 +133,15 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
     // The lock sits beside the kits, where whoever ships them can replace it with one
     // that approves their update. What this user last approved there is kept in the data
     // directory too, and that is what the candidate is held to.
-    let records = approval_records(lock_path)?;
-    let recorded = records.iter().find_map(|r| read_record(r));
+    // Each record with what it holds, read once.
+    let records: Vec<(PathBuf, Option<Lock>)> = approval_records(lock_path)?
+        .into_iter()
+        .map(|r| {
+            let held = read_record(&r);
+            (r, held)
+        })
+        .collect();
+    let recorded = records.iter().find_map(|(_, held)| held.clone());
     let replaced = recorded
         .as_ref()
         .is_some_and(|r| existing.as_ref() != Some(r));
@@ -246,8 +253,8 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         if !unchanged {
             write(&candidate)?;
         }
-        for record in &records {
-            if read_record(record).as_ref() != Some(&candidate) {
+        for (record, held) in &records {
+            if held.as_ref() != Some(&candidate) {
                 crate::state::write_private(record, candidate.to_json().as_bytes())?;
             }
         }
@@ -276,24 +283,11 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
 }
 
 /// A host as written in a kit (`name`, `*.name`, `**.name`, with `:port` or `:*`) as DNS
-/// sees it: its IDNA ASCII form; `None` when the policy cannot read it.
+/// sees it: the policy's own reading of it (IDNA ASCII form), `None` when it has none.
 pub fn ascii_form(host: &str) -> Option<String> {
-    let (name, port) = match host.rsplit_once(':') {
-        Some((name, port)) if port == "*" || port.bytes().all(|b| b.is_ascii_digit()) => {
-            (name, Some(port))
-        }
-        _ => (host, None),
-    };
-    let (wild, bare) = match (name.strip_prefix("**."), name.strip_prefix("*.")) {
-        (Some(rest), _) => ("**.", rest),
-        (None, Some(rest)) => ("*.", rest),
-        _ => ("", name),
-    };
-    let ascii = capgate_policy::pattern::normalize_host(bare).ok()?;
-    Some(match port {
-        Some(p) => format!("{wild}{ascii}:{p}"),
-        None => format!("{wild}{ascii}"),
-    })
+    capgate_policy::pattern::HostPattern::parse(host)
+        .ok()
+        .map(|p| p.to_string())
 }
 
 /// Where the data directory keeps what this user last approved at `lock_path`: a copy of
@@ -340,11 +334,7 @@ fn locks_beside_other_kits(plan: &capgate_resolve::Plan, lock_path: &Path) -> Ve
     let mut found: Vec<PathBuf> = Vec::new();
     for unit in plan.layered_units() {
         let kit = base.join(&unit.reference);
-        let dir = if kit.is_dir() {
-            kit
-        } else {
-            kit.parent().map(Path::to_path_buf).unwrap_or_default()
-        };
+        let dir = crate::kitref::kit_dir(&kit);
         let candidate = std::fs::canonicalize(&dir)
             .unwrap_or(dir)
             .join(crate::kits::LOCK_FILE);

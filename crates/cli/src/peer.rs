@@ -1,6 +1,7 @@
 //! Who is on the other end of a loopback connection: the owner (uid) of the peer's socket,
-//! asked of the kernel with sock_diag (`NETLINK_SOCK_DIAG`, as `ss` asks), by the exact
-//! addresses, so it costs one round trip however many sockets the host has.
+//! asked of the kernel with sock_diag (`NETLINK_SOCK_DIAG`, as `ss` asks): for TCP by the
+//! connection's exact addresses (one round trip however many sockets the host has), for
+//! UDP every socket on the sender's port.
 //!
 //! Published ports (port@1) serve only the user who runs the sandbox (and root): another
 //! local user reaching a service inside would act with the sandbox's grants, and through
@@ -11,13 +12,6 @@ use std::net::SocketAddrV4;
 
 use rustix::net::netlink::{SOCK_DIAG, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
-
-/// The transport of the socket to look up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Tcp,
-    Udp,
-}
 
 /// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -37,21 +31,19 @@ const UID_AT: usize = 16 + 4 + 48 + 12;
 const INODE_AT: usize = UID_AT + 4;
 const STATE_AT: usize = 16 + 1;
 
-/// The uid owning the socket bound to `peer` (`local` is this end: the published port).
-/// For TCP that is the connection `peer` → `local`; for UDP the socket that receives what
-/// is sent to `peer`. `None` when the kernel knows no such socket, or only a TCP socket in
-/// TIME_WAIT (which no process owns any more).
-pub fn owner(
-    transport: Transport,
-    peer: SocketAddrV4,
-    local: SocketAddrV4,
-) -> io::Result<Option<u32>> {
+/// The uid owning the TCP connection from `peer` to `local` (this end: the published
+/// port). `None` when the kernel knows no such socket, or one no process holds any more.
+pub fn tcp_owner(peer: SocketAddrV4, local: SocketAddrV4) -> io::Result<Option<u32>> {
+    exact_owner(request(ip_proto::TCP, NLM_F_REQUEST, AF_INET, peer, local))
+}
+
+/// The uid of the one socket an exact-match `request` names (see [`parse`]).
+fn exact_owner(request: Vec<u8>) -> io::Result<Option<u32>> {
     let fd = diag_socket()?;
-    let request = request(transport, peer, local);
     to_kernel(&fd, &request)?;
     let mut reply = [0u8; 512];
     let (got, _) = rustix::net::recv(&fd, &mut reply, RecvFlags::empty())?;
-    parse(&reply[..got.min(reply.len())], transport)
+    parse(&reply[..got.min(reply.len())])
 }
 
 /// A sock_diag netlink socket.
@@ -82,19 +74,12 @@ fn to_kernel(fd: &rustix::fd::OwnedFd, request: &[u8]) -> io::Result<()> {
 pub fn udp_owners(peer: SocketAddrV4) -> io::Result<Vec<Option<u32>>> {
     let fd = diag_socket()?;
     let mut owners = Vec::new();
-    for family in [2u8, 10] {
+    for family in [AF_INET, AF_INET6] {
         // A dump of the family's UDP sockets whose own port is the peer's (in a dump, a
         // non-zero port of the id filters; the address is judged below).
         let any = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
-        let mut request = request(
-            Transport::Tcp,
-            SocketAddrV4::new(*peer.ip(), peer.port()),
-            any,
-        );
-        request[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-        request[16] = family;
-        request[17] = ip_proto::UDP;
-        to_kernel(&fd, &request)?;
+        let flags = NLM_F_REQUEST | NLM_F_DUMP;
+        to_kernel(&fd, &request(ip_proto::UDP, flags, family, peer, any))?;
         let mut buf = vec![0u8; 64 * 1024];
         'dump: loop {
             let (got, _) = rustix::net::recv(&fd, &mut buf, RecvFlags::empty())?;
@@ -137,8 +122,8 @@ fn udp_candidate(m: &[u8], peer: SocketAddrV4) -> Option<Option<u32>> {
     let src: [u8; 16] = field(24, 16)?.try_into().ok()?;
     let v4 = |a: [u8; 4]| a == peer.ip().octets() || a == [0; 4] || a[0] == 127;
     let fits = match family {
-        2 => v4([src[0], src[1], src[2], src[3]]),
-        10 => {
+        AF_INET => v4([src[0], src[1], src[2], src[3]]),
+        AF_INET6 => {
             let ip = std::net::Ipv6Addr::from(src);
             ip.is_unspecified()
                 || ip.is_loopback()
@@ -154,21 +139,16 @@ fn udp_candidate(m: &[u8], peer: SocketAddrV4) -> Option<Option<u32>> {
     Some((inode != 0).then_some(uid))
 }
 
-/// An exact-match `inet_diag_req_v2` for the socket whose own address is `peer` (TCP:
-/// connected to `local`); for UDP the kernel finds the socket that would receive from
-/// `local` to `peer`, so the two are given the other way round.
-fn request(transport: Transport, peer: SocketAddrV4, local: SocketAddrV4) -> Vec<u8> {
-    let (protocol, src, dst) = match transport {
-        Transport::Tcp => (ip_proto::TCP, peer, local),
-        Transport::Udp => (ip_proto::UDP, local, peer),
-    };
+/// An `inet_diag_req_v2` for `protocol` sockets of `family` whose id is `src` → `dst`
+/// (an exact match, or with `NLM_F_DUMP` a dump filtered by the non-zero ports).
+fn request(protocol: u8, flags: u16, family: u8, src: SocketAddrV4, dst: SocketAddrV4) -> Vec<u8> {
     let mut m = Vec::with_capacity(72);
     m.extend_from_slice(&72u32.to_ne_bytes()); // nlmsg_len
     m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&1u32.to_ne_bytes()); // seq
     m.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
-    m.push(2); // AF_INET
+    m.push(family);
     m.push(protocol);
     m.push(0); // no extensions
     m.push(0);
@@ -187,6 +167,9 @@ fn request(transport: Transport, peer: SocketAddrV4, local: SocketAddrV4) -> Vec
     m
 }
 
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+
 /// IP protocol numbers.
 mod ip_proto {
     pub const TCP: u8 = 6;
@@ -194,7 +177,7 @@ mod ip_proto {
 }
 
 /// The uid of a `SOCK_DIAG_BY_FAMILY` reply; an `NLMSG_ERROR` of ENOENT is "no such socket".
-fn parse(reply: &[u8], transport: Transport) -> io::Result<Option<u32>> {
+fn parse(reply: &[u8]) -> io::Result<Option<u32>> {
     let u16_at = |at: usize| {
         reply
             .get(at..at + 2)
@@ -216,7 +199,7 @@ fn parse(reply: &[u8], transport: Transport) -> io::Result<Option<u32>> {
         }
         SOCK_DIAG_BY_FAMILY => {
             let state = *reply.get(STATE_AT).ok_or_else(truncated)?;
-            if transport == Transport::Tcp && state == TCP_TIME_WAIT {
+            if state == TCP_TIME_WAIT {
                 return Ok(None);
             }
             // A socket no process holds any more (closed by its client: a time-wait
@@ -256,6 +239,12 @@ mod tests {
         rustix::process::geteuid().as_raw()
     }
 
+    /// The UDP socket the kernel would deliver to from `local` to `peer`: its best match
+    /// for the sender, which [`udp_owners`] does not take alone.
+    fn best_match(peer: SocketAddrV4, local: SocketAddrV4) -> io::Result<Option<u32>> {
+        exact_owner(request(ip_proto::UDP, NLM_F_REQUEST, AF_INET, local, peer))
+    }
+
     #[test]
     fn a_tcp_peer_is_owned_by_this_process_user_and_a_stranger_address_by_no_one() {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -263,19 +252,19 @@ mod tests {
         let (served, peer) = listener.accept().unwrap();
         let local = v4(served.local_addr().unwrap());
         assert_eq!(v4(peer), v4(client.local_addr().unwrap()));
-        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), Some(me()));
+        assert_eq!(tcp_owner(v4(peer), local).unwrap(), Some(me()));
         // A port nobody is connected from.
         let nobody = SocketAddrV4::new(Ipv4Addr::LOCALHOST, v4(peer).port() ^ 1);
-        assert_eq!(owner(Transport::Tcp, nobody, local).unwrap(), None);
+        assert_eq!(tcp_owner(nobody, local).unwrap(), None);
         // Closed by the client while the server holds its end: the client's socket waits
         // in FIN_WAIT2 without a process (reported with uid 0 and no inode): no one.
         drop(client);
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), None);
+        assert_eq!(tcp_owner(v4(peer), local).unwrap(), None);
         // Closed by both: TIME_WAIT on the client's side, which no one owns either.
         drop(served);
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(owner(Transport::Tcp, v4(peer), local).unwrap(), None);
+        assert_eq!(tcp_owner(v4(peer), local).unwrap(), None);
     }
 
     #[test]
@@ -287,18 +276,10 @@ mod tests {
             client.send_to(b"x", local).unwrap();
             let mut buf = [0u8; 4];
             let (_, peer) = served.recv_from(&mut buf).unwrap();
-            assert_eq!(
-                owner(Transport::Udp, v4(peer), local).unwrap(),
-                Some(me()),
-                "{bind}"
-            );
+            assert_eq!(best_match(v4(peer), local).unwrap(), Some(me()), "{bind}");
             assert_eq!(udp_owners(v4(peer)).unwrap(), vec![Some(me())], "{bind}");
             drop(client);
-            assert_eq!(
-                owner(Transport::Udp, v4(peer), local).unwrap(),
-                None,
-                "{bind}"
-            );
+            assert_eq!(best_match(v4(peer), local).unwrap(), None, "{bind}");
             assert_eq!(udp_owners(v4(peer)).unwrap(), vec![], "{bind}");
         }
     }
@@ -351,7 +332,7 @@ mod tests {
         let (served, from) = listener.accept().unwrap();
         assert_eq!(v4(from), peer);
         let local = v4(served.local_addr().unwrap());
-        let found = owner(Transport::Tcp, peer, local).unwrap();
+        let found = tcp_owner(peer, local).unwrap();
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(found, Some(65534));
@@ -387,7 +368,7 @@ mod tests {
         ));
         let mut buf = [0u8; 4];
         let (_, peer) = served.recv_from(&mut buf).unwrap();
-        let best = owner(Transport::Udp, v4(peer), local).unwrap();
+        let best = best_match(v4(peer), local).unwrap();
         let all = udp_owners(v4(peer)).unwrap();
         let _ = child.kill();
         let _ = child.wait();

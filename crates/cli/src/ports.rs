@@ -181,15 +181,15 @@ async fn connect_inside(dialer: &Arc<Dialer>, port: u16) -> io::Result<TcpStream
 /// its socket belongs to another user, or its owner cannot be told (fail closed). The
 /// first [`REFUSALS_SAID`] refusals of a port are said on stderr.
 fn refused(
-    transport: crate::peer::Transport,
+    transport: Transport,
     from: SocketAddr,
     local: SocketAddr,
     key: &str,
     refusals: &AtomicUsize,
 ) -> bool {
     let why = match (from, local, transport) {
-        (SocketAddr::V4(from), SocketAddr::V4(local), crate::peer::Transport::Tcp) => {
-            match crate::peer::owner(transport, from, local) {
+        (SocketAddr::V4(from), SocketAddr::V4(local), Transport::Tcp) => {
+            match crate::peer::tcp_owner(from, local) {
                 Ok(Some(uid)) if crate::peer::may_reach(uid) => return false,
                 Ok(Some(uid)) => format!("its socket belongs to uid {uid}"),
                 Ok(None) => "the kernel knows no owner of its socket".to_owned(),
@@ -198,7 +198,7 @@ fn refused(
         }
         // Every socket that could have sent it must be allowed: sockets of several users
         // can share a UDP port (SO_REUSEADDR).
-        (SocketAddr::V4(from), SocketAddr::V4(_), crate::peer::Transport::Udp) => {
+        (SocketAddr::V4(from), SocketAddr::V4(_), Transport::Udp) => {
             match crate::peer::udp_owners(from) {
                 Ok(owners) if owners.is_empty() || owners.contains(&None) => {
                     "the kernel knows no owner of its socket".to_owned()
@@ -252,7 +252,7 @@ async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: S
         let Ok(local) = client.local_addr() else {
             continue;
         };
-        if refused(crate::peer::Transport::Tcp, from, local, &key, &refusals) {
+        if refused(Transport::Tcp, from, local, &key, &refusals) {
             continue;
         }
         let dialer = Arc::clone(&dialer);
@@ -289,7 +289,7 @@ async fn serve_udp(host: Arc<UdpSocket>, dialer: Arc<Dialer>, port: u16, key: St
         };
         // Every datagram is judged (one netlink round trip): a peer's port may have passed
         // to another user's socket since its last one.
-        if refused(crate::peer::Transport::Udp, peer, local, &key, &refusals) {
+        if refused(Transport::Udp, peer, local, &key, &refusals) {
             continue;
         }
         let datagram = buf[..n].to_vec();

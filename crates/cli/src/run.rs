@@ -997,15 +997,10 @@ fn kit_files(provisioned: &Provisioned) -> crate::copyback::KitFiles {
         let Ok(descriptor) = crate::kitref::descriptor_path(&kit) else {
             continue;
         };
-        let dir = if kit.is_dir() {
-            dirs.push(std::fs::canonicalize(&kit).unwrap_or_else(|_| kit.clone()));
-            kit.clone()
-        } else {
-            descriptor
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default()
-        };
+        let dir = crate::kitref::kit_dir(&kit);
+        if kit.is_dir() {
+            dirs.push(std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone()));
+        }
         for (_, entry) in unit.descriptor.declared_entries() {
             if let Some(Capability::AgentContext(c)) = &entry.capability
                 && let Some(file) = c.content_file.as_deref().filter(|f| !f.is_empty())

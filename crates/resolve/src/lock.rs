@@ -156,21 +156,23 @@ impl Lock {
                         detail: w.detail,
                     })
             });
-        let mut widenings = self.gate_composed(candidate);
+        // Each kit's gated surface, once: compared kit by kit, then merged.
+        let surfaces: Vec<(&Unit, Surface)> = candidate
+            .layered_selections()
+            .map(|(u, selection)| (u, gated_surface(u, selection)))
+            .collect();
+        let mut widenings = self.gate_composed(&surfaces);
         widenings.extend(dropped);
         // The restrictions bind the composition, not each kit: one kit's list does not
         // bound another's, so a kit that starts stating a list (or a new kit that states
         // one) can widen what the whole is held to while no kit's own surface widens.
         let granted = composed_restrictions(self.kits.iter().map(|k| &k.permissions));
-        let surfaces: Vec<Surface> = candidate
-            .layered_selections()
-            .map(|(u, selection)| gated_surface(u, selection))
-            .collect();
         let said: std::collections::HashSet<(Category, String)> = widenings
             .iter()
             .map(|k| (k.category, k.detail.clone()))
             .collect();
-        for w in diff_widenings(&granted, &composed_restrictions(&surfaces)) {
+        let candidate = composed_restrictions(surfaces.iter().map(|(_, s)| s));
+        for w in diff_widenings(&granted, &candidate) {
             if !said.contains(&(w.category, w.detail.clone())) {
                 widenings.push(KitWidening {
                     kit: COMPOSITION.to_owned(),
@@ -182,11 +184,13 @@ impl Lock {
         widenings
     }
 
-    fn gate_composed(&self, candidate: &Plan) -> Vec<KitWidening> {
+    /// Each composed kit's widenings over what the lock granted it (`surfaces`: the
+    /// candidate's kits with their gated surfaces, in layer order).
+    fn gate_composed(&self, surfaces: &[(&Unit, Surface)]) -> Vec<KitWidening> {
         let empty = Surface::default();
-        candidate
-            .layered_selections()
-            .flat_map(|(u, selection)| {
+        surfaces
+            .iter()
+            .flat_map(|(u, surface)| {
                 let locked = self.locked(&u.reference);
                 let granted = locked.map_or(&empty, |k| &k.permissions);
                 let granted_injects = locked.map_or(&[][..], |k| &k.credential_injects[..]);
@@ -197,7 +201,7 @@ impl Lock {
                         category: Category::CredentialsInject,
                         detail,
                     });
-                let mut widenings = diff_widenings(granted, &gated_surface(u, selection));
+                let mut widenings = diff_widenings(granted, surface);
                 widenings.extend(new_injects);
                 widenings.sort_by_key(|w| w.category);
                 widenings.into_iter().map(|w| KitWidening {
