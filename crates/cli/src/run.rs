@@ -789,8 +789,10 @@ fn run_provisioned(
                 "capgate: the sandbox could not start: {}",
                 printable(&e.to_string())
             );
-            let report = capgate_sandbox::probe_host();
-            eprintln!("{report}");
+            // What the host offers explains a failed start, not a refused request.
+            if !matches!(e, capgate_sandbox::SandboxError::InvalidSpec { .. }) {
+                eprintln!("{}", capgate_sandbox::probe_host());
+            }
             return Ok(start_failure(&e));
         }
     };

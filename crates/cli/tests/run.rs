@@ -1419,8 +1419,11 @@ except OSError as e:
 fn a_pack_executes_only_its_listed_programs() {
     let env = setup();
     let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3]}\n";
+    // Besides plain spawns, the ways around a path check: a program written to /tmp or the
+    // workspace and handed to the dynamic loader (granted with python3), and one written
+    // into an anonymous memory file (which Landlock does not see).
     let probe = r#"
-import errno, subprocess
+import errno, glob, os, shutil, subprocess
 print("python=runs")
 for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pass"]):
     try:
@@ -1428,6 +1431,23 @@ for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pa
         print(argv[0] + "=ran")
     except OSError as e:
         print(argv[0] + "=" + errno.errorcode[e.errno])
+loader = sorted(glob.glob("/lib64/ld-linux*") + glob.glob("/lib/ld-linux*"))[0]
+for place in ("/tmp", "."):
+    copy = os.path.join(place, "dropped")
+    shutil.copy("/bin/true", copy)
+    os.chmod(copy, 0o755)
+    try:
+        rc = subprocess.run([loader, copy], capture_output=True).returncode
+        print("loader:" + place + "=" + ("ran" if rc == 0 else "refused"))
+    except OSError as e:
+        print("loader:" + place + "=" + errno.errorcode[e.errno])
+try:
+    fd = os.memfd_create("m", 0)
+    os.write(fd, open("/bin/true", "rb").read())
+    rc = subprocess.run(["/proc/self/fd/%d" % fd], pass_fds=[fd]).returncode
+    print("memfd=" + ("ran" if rc == 0 else "refused"))
+except OSError as e:
+    print("memfd=" + errno.errorcode[e.errno])
 "#;
     std::fs::write(env.path("ws/probe.py"), probe).unwrap();
     let (code, stdout, stderr) = env.run_kit("pack", pack, &["python3", "probe.py"]);
@@ -1439,6 +1459,9 @@ for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pa
     expect("sh", "EACCES");
     // The interpreter itself may start again (a subprocess of the same program).
     expect("/usr/bin/python3", "ran");
+    expect("loader:/tmp", "refused");
+    expect("loader:.", "refused");
+    expect("memfd", "EACCES");
 
     // The twin without an allowlist spawns what it likes.
     let plain = "schemaVersion: \"3\"\nkind: workload\n";
@@ -1451,10 +1474,27 @@ for argv in (["/bin/true"], ["sh", "-c", "true"], ["/usr/bin/python3", "-c", "pa
         "{stdout}"
     );
     assert_eq!(p.get("sh").map(String::as_str), Some("ran"), "{stdout}");
+    for k in ["loader:/tmp", "loader:.", "memfd"] {
+        assert_eq!(p.get(k).map(String::as_str), Some("ran"), "{k}: {stdout}");
+    }
 
     // A command that is not on the list cannot start.
     let (code, _, stderr) = env.run_kit("pack", pack, &["sh", "-c", "true"]);
     assert_eq!(code, Some(126), "{stderr}");
+
+    // A listed program where the workload can write (it could replace it, or change the
+    // interpreter its `#!` line names) is refused before anything starts.
+    std::fs::write(env.path("ws/tool"), "#!/\n").unwrap();
+    let in_workspace = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3, /home/agent/workspace/tool]}\n";
+    let (code, stdout, stderr) =
+        env.run_kit("ws-tool", in_workspace, &["python3", "-c", "print('RAN')"]);
+    assert_eq!(code, Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(
+        stderr.contains("`/home/agent/workspace/tool`")
+            && stderr.contains("beneath a place the workload can write"),
+        "{stderr}"
+    );
 }
 
 /// A pack's read list (`dev.capgate/filesystem@1` `read`): the workspace shows only the

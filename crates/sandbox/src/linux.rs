@@ -36,7 +36,8 @@ pub(crate) struct Linux {
     pub release_notes: Vec<String>,
     /// The ruleset commands enter (made by `Effect::PrepareLandlock`).
     pub landlock: Option<RulesetCreated>,
-    /// The seccomp filters, compiled once by the init and inherited by each command.
+    /// The seccomp filters, compiled once by the init (with its Landlock ruleset) and
+    /// inherited by each command.
     pub seccomp: Option<crate::seccomp::Programs>,
 }
 
@@ -240,12 +241,17 @@ impl Linux {
             None::<&str>,
         )
         .map_err(|e| nix_err(e, "bind", &target))?;
-        let flags = MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-        let flags = if writable {
-            flags
-        } else {
-            flags | MsFlags::MS_RDONLY
-        };
+        let mut flags = MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        if !writable {
+            flags |= MsFlags::MS_RDONLY;
+        }
+        // A view of a noexec workspace (under an exec allowlist) stays noexec.
+        let source_flags = rustix::fs::fstatvfs(&src)
+            .map_err(|e| with_path(e.into(), "statvfs", &source))?
+            .f_flag;
+        if source_flags.contains(rustix::fs::StatVfsMountFlags::NOEXEC) {
+            flags |= MsFlags::MS_NOEXEC;
+        }
         // Opened again: the path now leads to the bind just made.
         let bound = open_beneath(view, &target, OFlags::PATH)?;
         self.apply(&Effect::Remount {
@@ -391,7 +397,9 @@ fn handled_fs() -> BitFlags<AccessFs> {
 
 /// The programs an exec allowlist lets run: each listed path, and for each listed file the
 /// interpreter it names, and that one's own (a script's `#!` interpreter is itself an ELF
-/// program with a loader). Read in the sandbox's own view of the files.
+/// program with a loader), each only if it is a regular file. Read in the sandbox's own
+/// view of the files; the listed paths are never beneath a place the workload can write
+/// (`SandboxSpec::validate`), so it cannot choose what they name.
 fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     let mut queue: Vec<(PathBuf, u8)> = roots.iter().map(|r| (r.clone(), 0)).collect();
@@ -399,9 +407,15 @@ fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
         if out.contains(&path) {
             continue;
         }
+        // A named interpreter is granted only as the regular file it is (never a directory
+        // a `#!` line names, which would grant all beneath it).
+        let is_file = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+        if depth > 0 && !is_file {
+            continue;
+        }
         if depth < 2
+            && is_file
             && let Ok(file) = std::fs::File::open(&path)
-            && file.metadata().is_ok_and(|m| m.is_file())
         {
             let mut head = Vec::new();
             let _ = std::io::Read::take(file, crate::elf::HEAD_LEN as u64).read_to_end(&mut head);
@@ -850,6 +864,10 @@ impl Kernel for Linux {
             Effect::ClearAmbient => caps::clear(None, CapSet::Ambient).map_err(caps_err)?,
             Effect::NoNewPrivs => nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?,
             Effect::PrepareLandlock(rules) => {
+                // The seccomp programs depend on the same allowlist; compiled here, once,
+                // for the init and every command (`Effect::Seccomp` installs them).
+                self.seccomp =
+                    Some(crate::seccomp::compile(rules.exec_roots.is_some()).map_err(other)?);
                 let ruleset = build_landlock(rules)?;
                 let report = probe_landlock(&ruleset)?;
                 self.landlock = Some(ruleset);
@@ -869,13 +887,9 @@ impl Kernel for Linux {
                 caps::set(None, CapSet::Permitted, &keep).map_err(caps_err)?;
             }
             Effect::Seccomp => {
-                if self.seccomp.is_none() {
-                    self.seccomp = Some(crate::seccomp::compile().map_err(other)?);
-                }
-                let programs = self
-                    .seccomp
-                    .as_ref()
-                    .ok_or_else(|| other("no seccomp filter"))?;
+                let programs = self.seccomp.as_ref().ok_or_else(|| {
+                    other("no seccomp filter compiled (no Landlock ruleset prepared)")
+                })?;
                 for program in &programs.0 {
                     seccompiler::apply_filter(program)
                         .map_err(|e| other(format!("seccomp: {e}")))?;
@@ -965,5 +979,42 @@ mod tests {
         );
         // And still not this thread.
         write_in(other_dir.path()).unwrap();
+    }
+
+    /// A listed script's `#!` line adds its interpreter when that is a regular file, and
+    /// nothing when it names a directory (which would grant everything beneath it) or
+    /// nothing at all.
+    #[test]
+    fn a_named_interpreter_is_granted_only_as_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let interp = dir.path().join("interp");
+        std::fs::write(&interp, "plain data\n").unwrap();
+        let script = |name: &str, line: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!{line}\necho\n")).unwrap();
+            path
+        };
+        let to_file = script("to-file", interp.display().to_string());
+        assert_eq!(
+            exec_grants(std::slice::from_ref(&to_file)),
+            [to_file, interp.clone()]
+        );
+        for (name, line) in [
+            ("to-dir", dir.path().display().to_string()),
+            ("to-root", "/".to_owned()),
+            (
+                "to-missing",
+                dir.path().join("missing").display().to_string(),
+            ),
+        ] {
+            let path = script(name, line);
+            let listed = vec![path];
+            assert_eq!(exec_grants(&listed), listed, "{name}");
+        }
+        // A listed directory stays granted as itself (the list's own choice).
+        assert_eq!(
+            exec_grants(&[dir.path().to_path_buf()]),
+            [dir.path().to_path_buf()]
+        );
     }
 }

@@ -545,12 +545,20 @@ pub(crate) fn init_effects(
         ));
     }
 
-    // /tmp, /home/agent (noexec), the workspace.
+    // /tmp, /home/agent (noexec), the workspace. Under an exec allowlist every place the
+    // workload can write is noexec too: Landlock refuses an `execve` there, but the dynamic
+    // loader (granted with each listed program) maps a file it is handed, which only the
+    // mount's noexec refuses, and a program written there must never run.
+    let writable = if spec.exec_only.is_some() {
+        NOSUID_NODEV | MsFlags::MS_NOEXEC
+    } else {
+        NOSUID_NODEV
+    };
     push(dir(r("/tmp"), 0o1777));
     push(mount_fs(
         "tmpfs",
         r("/tmp"),
-        NOSUID_NODEV,
+        writable,
         format!("mode=1777,size={size}"),
     ));
     push(Effect::MakeDir {
@@ -588,7 +596,7 @@ pub(crate) fn init_effects(
         WorkspaceMode::Copy => push(mount_fs(
             "overlay",
             ws_at.clone(),
-            NOSUID_NODEV,
+            writable,
             format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
                 host_ws.display(),
@@ -598,17 +606,17 @@ pub(crate) fn init_effects(
         )),
         WorkspaceMode::Mount => {
             push(bind(host_ws, ws_at.clone()));
-            push(remount_bind(ws_at.clone(), NOSUID_NODEV));
+            push(remount_bind(ws_at.clone(), writable));
         }
     }
     if let Some(view) = &view {
         push(mount_fs(
             "tmpfs",
             r(WORKSPACE_DIR),
-            NOSUID_NODEV,
+            writable,
             format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
         ));
-        for (path, writable) in view {
+        for (path, place) in view {
             push(Effect::BindView {
                 from: ws_at.clone(),
                 rel: path
@@ -616,7 +624,7 @@ pub(crate) fn init_effects(
                     .unwrap_or(path)
                     .to_path_buf(),
                 view: r(WORKSPACE_DIR),
-                writable: *writable,
+                writable: *place,
                 owner: (AGENT_ID, AGENT_ID),
             });
         }
@@ -653,20 +661,20 @@ pub(crate) fn init_effects(
         match &v.source {
             VolumeSource::Dir(src) => {
                 push(beneath(bind(src.clone(), target.clone())));
-                push(beneath(remount_bind(target, NOSUID_NODEV)));
+                push(beneath(remount_bind(target, writable)));
             }
             VolumeSource::HostDir {
                 path,
                 identity,
-                writable,
+                writable: host_writable,
             } => {
                 push(beneath(Effect::BindVetted {
                     source: path.clone(),
                     identity: *identity,
                     target: target.clone(),
                 }));
-                let flags = if *writable {
-                    NOSUID_NODEV
+                let flags = if *host_writable {
+                    writable
                 } else {
                     MsFlags::MS_RDONLY | NOSUID_NODEV
                 };
@@ -675,7 +683,7 @@ pub(crate) fn init_effects(
             VolumeSource::Tmpfs { size } => push(beneath(mount_fs(
                 "tmpfs",
                 target,
-                NOSUID_NODEV,
+                writable,
                 format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
             ))),
         }
@@ -726,7 +734,7 @@ pub(crate) fn init_effects(
             if !places.iter().any(|p| base.starts_with(p)) {
                 push(beneath(remount_bind(
                     r(&base.to_string_lossy()),
-                    MsFlags::MS_RDONLY | NOSUID_NODEV,
+                    MsFlags::MS_RDONLY | writable,
                 )));
             }
         }

@@ -30,6 +30,8 @@ pub(crate) enum When {
     Equals { arg: u8, values: &'static [u64] },
     /// `personality(2)` sets one of `flags` (the query value `0xffffffff` stays allowed).
     Personality { flags: &'static [u64] },
+    /// The low 32 bits of argument `arg` lack the bit `flag`.
+    Lacks { arg: u8, flag: u64 },
 }
 
 /// One reviewed deny entry.
@@ -396,6 +398,22 @@ pub(crate) const ENOSYS: &[Deny] = &[
     ),
 ];
 
+/// `memfd_create(2)`'s flag that makes the file non-executable for good (Linux 6.3).
+const MFD_NOEXEC_SEAL: u64 = 0x0008;
+
+/// With an exec allowlist (`dev.capgate/exec@1`) only: entries that return `EACCES`.
+/// Landlock does not see files of the kernel's internal mounts, so an executable memfd
+/// would run any program the workload writes into it (`fexecve`, `/proc/self/fd/N`).
+pub(crate) const EXEC_LIST: &[Deny] = &[Deny {
+    name: "memfd_create",
+    nr: libc::SYS_memfd_create,
+    when: When::Lacks {
+        arg: 1,
+        flag: MFD_NOEXEC_SEAL,
+    },
+    why: "an executable memfd is a program no allowlist names; a sealed non-executable one is harmless (older kernels: no memfd at all)",
+}];
+
 /// The compiled programs, in installation order.
 #[derive(Debug, Clone)]
 pub(crate) struct Programs(pub Vec<BpfProgram>);
@@ -429,6 +447,11 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, String> {
                 ])
             })
             .collect(),
+        When::Lacks { arg, flag } => Ok(vec![rule(vec![condition(
+            arg,
+            SeccompCmpOp::MaskedEq(flag),
+            0,
+        )?])?]),
     }
 }
 
@@ -470,8 +493,8 @@ fn x32_guard() -> BpfProgram {
     ]
 }
 
-/// Compiles the programs for the running architecture.
-pub(crate) fn compile() -> Result<Programs, String> {
+/// Compiles the programs for the running architecture; `exec_list` adds [`EXEC_LIST`].
+pub(crate) fn compile(exec_list: bool) -> Result<Programs, String> {
     let deny: Vec<Deny> = DENY
         .iter()
         .chain(DENY_SETID)
@@ -482,6 +505,9 @@ pub(crate) fn compile() -> Result<Programs, String> {
         compile_list(&deny, libc::EPERM)?,
         compile_list(ENOSYS, libc::ENOSYS)?,
     ];
+    if exec_list {
+        programs.push(compile_list(EXEC_LIST, libc::EACCES)?);
+    }
     #[cfg(target_arch = "x86_64")]
     programs.push(x32_guard());
     Ok(Programs(programs))
@@ -563,7 +589,11 @@ pub(crate) mod tests {
     }
 
     fn verdict_arch(nr: i64, arch: u32, args: [u64; 6]) -> u32 {
-        let Programs(programs) = compile().unwrap();
+        verdict_with(false, nr, arch, args)
+    }
+
+    fn verdict_with(exec_list: bool, nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        let Programs(programs) = compile(exec_list).unwrap();
         let rank = |v: u32| match v & 0xffff_0000 {
             0x8000_0000 => 3, // KILL_PROCESS
             0x0005_0000 => 2, // ERRNO
@@ -578,6 +608,7 @@ pub(crate) mod tests {
     }
 
     const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+    const EACCES: u32 = 0x0005_0000 | libc::EACCES as u32;
     const NOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
     const ALLOW: u32 = 0x7fff_0000;
 
@@ -614,6 +645,31 @@ pub(crate) mod tests {
             assert_eq!(with(0o1777), ALLOW, "{nr} sticky");
         }
         assert_eq!(verdict(libc::SYS_openat2, [0; 6]), NOSYS);
+    }
+
+    /// Under an exec allowlist a memfd must be sealed non-executable; without one, any
+    /// memfd is fine.
+    #[test]
+    fn an_exec_list_allows_only_sealed_non_executable_memfds() {
+        const MFD_CLOEXEC: u64 = 0x0001;
+        const MFD_EXEC: u64 = 0x0010;
+        let memfd = |exec_list, flags| {
+            verdict_with(
+                exec_list,
+                libc::SYS_memfd_create,
+                native_arch(),
+                [0, flags, 0, 0, 0, 0],
+            )
+        };
+        for flags in [0, MFD_CLOEXEC, MFD_EXEC, MFD_CLOEXEC | MFD_EXEC] {
+            assert_eq!(memfd(true, flags), EACCES, "{flags:#x}");
+            assert_eq!(memfd(false, flags), ALLOW, "{flags:#x}");
+        }
+        for flags in [MFD_NOEXEC_SEAL, MFD_NOEXEC_SEAL | MFD_CLOEXEC] {
+            assert_eq!(memfd(true, flags), ALLOW, "{flags:#x}");
+        }
+        // High bits do not hide the missing seal.
+        assert_eq!(memfd(true, 0xffff_ffff_0000_0000), EACCES);
     }
 
     #[test]

@@ -327,40 +327,47 @@ impl SandboxSpec {
                 .find(|p| Path::new(WORKSPACE_DIR).starts_with(p))
         {
             return Err(invalid(
-                "write_only",
+                WRITE_FIELD,
                 place,
                 "covers the whole workspace, which leaves nothing for a read list to hide; list the write places within it",
             ));
         }
         for path in self.workspace_read.iter().flatten() {
-            clean_absolute("workspace_read", path)?;
+            clean_absolute(READ_FIELD, path)?;
             if !path.starts_with(WORKSPACE_DIR) || path == Path::new(WORKSPACE_DIR) {
                 return Err(invalid(
-                    "workspace_read",
+                    READ_FIELD,
                     path,
                     "is not beneath the workspace (/home/agent/workspace); the rest of the root is shown read-only as always",
                 ));
             }
         }
         for path in self.exec_only.iter().flatten() {
-            clean_absolute("exec_only", path)?;
+            clean_absolute(EXEC_FIELD, path)?;
+            if self.writable_base(path).is_some() {
+                return Err(invalid(
+                    EXEC_FIELD,
+                    path,
+                    "is beneath a place the workload can write (the workspace, /home/agent, /tmp, /dev/shm or a volume), which an exec allowlist keeps noexec: the workload could replace the program; list programs of the read-only system root",
+                ));
+            }
         }
         for path in self.write_only.iter().flatten() {
-            clean_absolute("write_only", path)?;
+            clean_absolute(WRITE_FIELD, path)?;
             if self
                 .volumes
                 .iter()
                 .any(|v| !v.is_writable() && path.starts_with(&v.target))
             {
                 return Err(invalid(
-                    "write_only",
+                    WRITE_FIELD,
                     path,
                     "is beneath a read-only volume, where nothing can be written",
                 ));
             }
             if self.writable_base(path).is_none() {
                 return Err(invalid(
-                    "write_only",
+                    WRITE_FIELD,
                     path,
                     "is not beneath a writable place (the workspace, /home/agent, /tmp, /dev/shm or a volume)",
                 ));
@@ -422,6 +429,11 @@ impl SandboxSpec {
             )
     }
 }
+
+/// The pack fields as kits spell them (what a user reads in an error).
+const EXEC_FIELD: &str = "dev.capgate/exec@1 `allow` path";
+const WRITE_FIELD: &str = "dev.capgate/filesystem@1 `write` place";
+const READ_FIELD: &str = "dev.capgate/filesystem@1 `read` path";
 
 fn invalid(field: &'static str, path: &Path, reason: &'static str) -> SandboxError {
     SandboxError::InvalidSpec {
