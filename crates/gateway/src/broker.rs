@@ -163,9 +163,9 @@ impl Broker {
     ) -> Result<Vec<String>, Exfiltration> {
         let injected_here = self.injected_here(host, phase, tls_upstream);
         self.scan(&injected_here, method, target, headers)?;
-        // TRACE is answered with the request as the server received it: the real secret
-        // would come back to the workload.
-        if method == "TRACE"
+        // TRACE (and TRACK, its IIS spelling) is answered with the request as the server
+        // received it: the real secret would come back to the workload.
+        if (method == "TRACE" || method == "TRACK")
             && let Some(inj) = injected_here
                 .iter()
                 .find(|i| self.secrets.contains_key(&i.service))
@@ -462,6 +462,23 @@ mod tests {
             Some("Bearer ghp_real"),
             "inject-only: the header is added"
         );
+    }
+
+    /// A method the server answers with the request itself never carries the real secret
+    /// (TRACE, and IIS's TRACK); its twin, GET, does.
+    #[test]
+    fn echoing_methods_to_an_inject_domain_are_refused() {
+        let b = broker();
+        for method in ["TRACE", "TRACK"] {
+            let mut h = vec![];
+            let refused = b.apply("api.github.com", Phase::Runtime, method, "/", &mut h, true);
+            assert!(refused.is_err_and(|e| e.echo), "{method}");
+            assert_eq!(auth(&h), None, "{method}");
+        }
+        let mut h = vec![];
+        b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, true)
+            .unwrap();
+        assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
     }
 
     #[test]

@@ -122,6 +122,12 @@ impl Gateway {
             r[5] = 0;
             return Some(r);
         };
+        // A sentinel in a name is an exfiltration attempt whatever the query's type (a TXT
+        // query carries the name out as well as an A query does).
+        if let Some(refused) = self.sentinel_in_host(&q.name) {
+            self.record(&q.name, 53, &refused, (0, 0));
+            return Some(response(query, &q, RCODE_NXDOMAIN, &[]));
+        }
         if q.qclass != CLASS_IN || (q.qtype != TYPE_A && q.qtype != TYPE_AAAA) {
             return Some(response(query, &q, RCODE_NOTIMP, &[]));
         }

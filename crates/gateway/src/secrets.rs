@@ -29,11 +29,14 @@ pub enum SecretError {
         #[source]
         source: std::io::Error,
     },
-    #[error("`{path}` is not a valid secrets file")]
+    /// Where only: serde's message would quote the value, which may be a secret.
+    #[error(
+        "`{path}` is not a valid secrets file (line {line}, column {column}: not a JSON object of service names to strings)"
+    )]
     Malformed {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        line: usize,
+        column: usize,
     },
     #[error(
         "`{path}` is readable by others (mode {mode:o}); fix its mode (chmod 600) or remove it"
@@ -43,6 +46,10 @@ pub enum SecretError {
     BadService(String),
     #[error("the secret for `{0}` is empty")]
     Empty(String),
+    #[error(
+        "the secret for `{0}` holds a control character (a line break inside it, say); it could never be sent in a header"
+    )]
+    ControlCharacter(String),
     #[error("no random source")]
     Random,
 }
@@ -118,9 +125,12 @@ impl SecretStore {
             path: self.path.clone(),
             source,
         })?;
-        serde_json::from_slice(&bytes).map_err(|source| SecretError::Malformed {
+        // serde's message quotes the value it stumbled on, which may be a secret: only
+        // where and what kind of fault is kept.
+        serde_json::from_slice(&bytes).map_err(|e| SecretError::Malformed {
             path: self.path.clone(),
-            source,
+            line: e.line(),
+            column: e.column(),
         })
     }
 
@@ -137,9 +147,10 @@ impl SecretStore {
                 .create(dir)
                 .map_err(write_err)?;
         }
-        let text = serde_json::to_vec_pretty(map).map_err(|source| SecretError::Malformed {
+        let text = serde_json::to_vec_pretty(map).map_err(|e| SecretError::Malformed {
             path: self.path.clone(),
-            source,
+            line: e.line(),
+            column: e.column(),
         })?;
         // Written to a new 0600 temporary file of an unguessable name (O_EXCL: never a file
         // or link someone else put there), then renamed over the old one.
@@ -166,6 +177,11 @@ impl SecretStore {
         let value = value.trim_end_matches(['\n', '\r']);
         if value.is_empty() {
             return Err(SecretError::Empty(service.to_owned()));
+        }
+        // A control character could never be sent in a header (every request to the
+        // inject domain would then be refused), and a line break is a header injection.
+        if value.chars().any(char::is_control) {
+            return Err(SecretError::ControlCharacter(service.to_owned()));
         }
         let mut map = self.load()?;
         map.insert(service.to_owned(), value.to_owned());
@@ -234,6 +250,44 @@ mod tests {
         assert!(store.remove("github").unwrap());
         assert!(!store.remove("github").unwrap());
         fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A malformed file is named with where it breaks, never with what it holds; a value
+    /// with a control character (a header injection) is refused when set.
+    #[test]
+    fn errors_never_quote_a_secret_and_control_characters_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SecretStore::new(dir.path().join("secrets.json"));
+        for text in [
+            "\"REALSECRET-asstring\"",
+            "{\"svc\": 1234567890123}",
+            "{\"svc\": [\"REALSECRET-inarray\"]}",
+        ] {
+            fs::write(store.path(), text).unwrap();
+            fs::set_permissions(store.path(), fs::Permissions::from_mode(0o600)).unwrap();
+            let e = store.services().unwrap_err();
+            let shown = format!("{e} {e:?}");
+            assert!(
+                matches!(e, SecretError::Malformed { line: 1, .. }),
+                "{shown}"
+            );
+            for value in ["REALSECRET", "1234567890123"] {
+                assert!(!shown.contains(value), "{shown}");
+            }
+        }
+        fs::remove_file(store.path()).unwrap();
+        for value in ["tok\r\nX-Injected: yes", "tok\u{0}en", "tok\u{7f}"] {
+            assert!(
+                matches!(
+                    store.set("svc", value),
+                    Err(SecretError::ControlCharacter(_))
+                ),
+                "{value:?}"
+            );
+        }
+        // The twin: a plain value, with the line break stdin ends it with.
+        store.set("svc", "tok-en_1.2\n").unwrap();
+        assert_eq!(store.get("svc").unwrap().unwrap().expose(), "tok-en_1.2");
     }
 
     #[test]

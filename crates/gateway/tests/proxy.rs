@@ -1664,12 +1664,17 @@ async fn an_upstream_that_says_goaway_sends_the_client_to_a_new_connection() {
 
 /// A DNS query for `name` (A, recursion desired); returns the response's RCODE.
 async fn dns_rcode(server: SocketAddr, name: &str) -> u8 {
+    dns_rcode_of(server, name, 1).await
+}
+
+/// The answer's code to a query of type `qtype` for `name`.
+async fn dns_rcode_of(server: SocketAddr, name: &str, qtype: u8) -> u8 {
     let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     for label in name.split('.') {
         query.push(u8::try_from(label.len()).unwrap());
         query.extend_from_slice(label.as_bytes());
     }
-    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    query.extend_from_slice(&[0, 0, qtype, 0, 1]);
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     socket.send_to(&query, server).await.unwrap();
     let mut reply = [0u8; 512];
@@ -1696,6 +1701,11 @@ async fn a_sentinel_in_a_dns_question_or_socks_host_is_refused_and_recorded() {
     assert_eq!(dns_rcode(dns_addr, &leaky).await, 3, "NXDOMAIN");
     // The twin: a name without it is answered.
     assert_eq!(dns_rcode(dns_addr, "other.test").await, 0);
+    // A query of another type (TXT) carries the name out as well: refused and recorded
+    // too, where its harmless twin is only not implemented (NOTIMP).
+    let txt_leak = format!("{SENTINEL}.txt.test");
+    assert_eq!(dns_rcode_of(dns_addr, &txt_leak, 16).await, 3, "NXDOMAIN");
+    assert_eq!(dns_rcode_of(dns_addr, "txt.test", 16).await, 4, "NOTIMP");
     let (code, out) = curl_socks(&h, &format!("http://{leaky}/")).await;
     assert_ne!(code, 0, "{out}");
     let exfil: Vec<u16> = recorded(&h)
@@ -1704,6 +1714,12 @@ async fn a_sentinel_in_a_dns_question_or_socks_host_is_refused_and_recorded() {
         .map(|e| e.port)
         .collect();
     assert!(exfil.contains(&53) && exfil.contains(&80), "{exfil:?}");
+    assert!(
+        recorded(&h)
+            .iter()
+            .any(|e| e.reason == Reason::CredentialExfiltration && e.host.contains(".txt.test")),
+        "the TXT query is not recorded"
+    );
 }
 
 /// A client offering HTTP/2 makes the gateway dial an intercepted upstream during the
