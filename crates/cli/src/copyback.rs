@@ -95,7 +95,7 @@ pub fn copy_back(
     let applied = copyback::apply(upper, workspace, &apply)
         .with_context(|| format!("cannot copy back into `{}`", workspace.display()))?;
 
-    let say = |s: String| eprintln!("capgate: copy-back: {s}");
+    let say = |s: String| say!("capgate: copy-back: {s}");
     let shown = |p: &Path| printable(&p.to_string_lossy()).into_owned();
     say(format!(
         "{} written, {} made, {} removed in {}",
@@ -113,10 +113,10 @@ pub fn copy_back(
         } else {
             "written"
         };
-        eprintln!("  {what} {}", shown(path));
+        say!("  {what} {}", shown(path));
     }
     if touched.len() > SHOWN {
-        eprintln!("  … and {} more", touched.len() - SHOWN);
+        say!("  … and {} more", touched.len() - SHOWN);
     }
     match &diverted {
         Diverted::Nothing => {}
@@ -132,7 +132,7 @@ pub fn copy_back(
         )),
     }
     for (change, reason) in &divert {
-        eprintln!("  {}: {reason}", shown(&change.path));
+        say!("  {}: {reason}", shown(&change.path));
     }
     // Kept with the refusals: the workload's own commits live there.
     let mut refusals = metadata;
@@ -447,7 +447,7 @@ fn divert_changes(
     let repository = workspace.join(".git").exists();
     let unsuitable = repository.then(|| branch_unsuitable(workspace)).flatten();
     if let Some(why) = &unsuitable {
-        eprintln!(
+        say!(
             "capgate: copy-back: the diverted changes are not committed in this repository ({why}); saving them in the data directory instead"
         );
     }
@@ -468,7 +468,7 @@ fn divert_changes(
         let branch = unused(&format!("capgate/{sandbox}"), taken);
         match commit_on_branch(upper, workspace, &branch, &changes, data) {
             Ok(commit) => return Ok(Diverted::Branch { branch, commit }),
-            Err(e) => eprintln!(
+            Err(e) => say!(
                 "capgate: copy-back: the diverted changes could not be committed on {branch} ({e:#}); saving them in the data directory instead"
             ),
         }

@@ -123,7 +123,7 @@ fn read_secret(service: &str) -> Result<String> {
     let mut line = String::new();
     let read = stdin.lock().read_line(&mut line);
     let restored = tcsetattr(fd, OptionalActions::Now, &saved);
-    eprintln!();
+    say!();
     read.context("cannot read the secret from the terminal")?;
     restored.context("cannot turn the terminal's echo back on")?;
     Ok(line)
@@ -202,7 +202,7 @@ pub fn config(
     let broker = Broker::new(&creds, &sentinels, secrets()?.all()?);
 
     for m in &mappings {
-        eprintln!(
+        say!(
             "capgate: WARNING: --dangerously-resolve maps `{m}`: that name bypasses DNS and the address guard"
         );
     }
@@ -220,7 +220,7 @@ pub fn config(
     // the descriptor limit it was given.
     let mut limits = Limits::default();
     if let Some((wanted, available)) = limits.fit_descriptors() {
-        eprintln!(
+        say!(
             "capgate: WARNING: this process may open {available} descriptors (ulimit -n): the gateway of `{sandbox}` takes {} connections at once, not {wanted}",
             limits.max_connections
         );
@@ -291,7 +291,7 @@ pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        eprintln!(
+        say!(
             "capgate gateway for sandbox `{}` on http://{} (phase {}); Ctrl-C to stop",
             args.sandbox,
             listener.local_addr()?,
@@ -302,7 +302,7 @@ pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
             let socks = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
-            eprintln!("capgate gateway: SOCKS5 on {}", socks.local_addr()?);
+            say!("capgate gateway: SOCKS5 on {}", socks.local_addr()?);
             let gw2 = gw.clone();
             tokio::spawn(async move { gw2.serve_socks(socks).await });
         }

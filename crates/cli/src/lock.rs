@@ -57,7 +57,7 @@ pub fn run(args: &Args) -> Result<u8> {
             },
             Err(problems) => {
                 for p in problems {
-                    eprintln!("{p}");
+                    say!("{p}");
                 }
                 return Ok(exit::INVALID);
             }
@@ -116,12 +116,12 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         Ok(bytes) => match Lock::parse(&bytes) {
             Ok(lock) => Some(lock),
             Err(e) => {
-                eprintln!(
+                say!(
                     "{}:{}",
                     printable(&lock_path.display().to_string()),
                     printable(&e.to_string())
                 );
-                eprintln!("capgate: the lock was left as it is; fix or remove it");
+                say!("capgate: the lock was left as it is; fix or remove it");
                 return Ok(exit::INVALID);
             }
         },
@@ -151,7 +151,7 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
         existing.clone()
     };
     if replaced && !args.json {
-        eprintln!(
+        say!(
             "capgate: `{}` is not the lock you last approved (it was changed or removed outside capgate); the composition is held to what you approved",
             printable(&lock_path.display().to_string())
         );
@@ -177,7 +177,7 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             .iter()
             .map(|p| format!("`{}`", printable(&p.display().to_string())))
             .collect();
-        eprintln!(
+        say!(
             "capgate: there is no lock at `{}`, but {} beside another kit of this composition: a kit's kind or the lock's place changed, so this composition is approved anew",
             printable(&lock_path.display().to_string()),
             shown.join(" and ")
@@ -263,16 +263,16 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
                 print_json(&name, &widenings, !unchanged)?;
             }
         } else if existing.is_none() {
-            eprintln!("wrote {name} ({} kits)", candidate.kits.len());
+            say!("wrote {name} ({} kits)", candidate.kits.len());
         } else if !widenings.is_empty() {
-            eprintln!("approved; wrote {name}");
+            say!("approved; wrote {name}");
         }
         Ok(exit::OK)
     } else {
         if args.json {
             print_json(&name, &widenings, false)?;
         } else if !widenings.is_empty() {
-            eprintln!("not approved: `{name}` is unchanged (approve with --approve)");
+            say!("not approved: `{name}` is unchanged (approve with --approve)");
         }
         Ok(if widenings.is_empty() {
             exit::OK

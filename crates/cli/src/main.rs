@@ -1,10 +1,21 @@
 //! `capgate`: the command-line front of the capability gate. It parses arguments, calls the
 //! libraries, formats output and maps outcomes to exit codes; nothing else.
 
+/// A line to stderr that never panics: `eprintln!` panics when stderr is a pipe whose
+/// reader left or a full device, which in the middle of `capgate run` would skip stopping
+/// the sandbox and removing its state. A message that cannot be written is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod context;
 mod copyback;
 mod gateway;
 mod identity;
+mod interrupt;
 mod kitref;
 mod kits;
 mod lock;
@@ -184,7 +195,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // Errors quote kit values, paths and lock contents: spelled out, never acting
             // on the terminal.
-            eprintln!(
+            say!(
                 "capgate: {}",
                 capgate_spec::text::printable(&format!("{e:#}"))
             );

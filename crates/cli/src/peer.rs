@@ -326,7 +326,7 @@ mod tests {
     fn a_tcp_peer_of_another_user_is_owned_by_that_user() {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let Some((mut child, peer)) = stranger_connects(listener.local_addr().unwrap()) else {
-            eprintln!("skipped: only root can make a client of another user");
+            say!("skipped: only root can make a client of another user");
             return;
         };
         let (served, from) = listener.accept().unwrap();
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn every_udp_socket_sharing_the_senders_port_is_named() {
         if me() != 0 {
-            eprintln!("skipped: only root can make a socket of another user");
+            say!("skipped: only root can make a socket of another user");
             return;
         }
         let served = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();

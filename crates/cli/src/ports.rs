@@ -227,9 +227,7 @@ fn refused(
             0 => "root (who runs this sandbox)".to_owned(),
             uid => format!("uid {uid} (who runs this sandbox) and root"),
         };
-        eprintln!(
-            "capgate: published port {key}: refused {from}: {why}; only {who} may reach it{more}"
-        );
+        say!("capgate: published port {key}: refused {from}: {why}; only {who} may reach it{more}");
     }
     true
 }
@@ -266,7 +264,7 @@ async fn serve_tcp(listener: TcpListener, dialer: Arc<Dialer>, port: u16, key: S
                 }
                 Err(e) => {
                     if !said.swap(true, Ordering::Relaxed) {
-                        eprintln!(
+                        say!(
                             "capgate: published port {key}: a connection from the host was closed: nothing inside accepted it on 127.0.0.1 or ::1 port {port} ({e})"
                         );
                     }

@@ -47,7 +47,7 @@ pub fn plan_kits(
         Ok(k) => k,
         Err(problems) => {
             for p in problems {
-                eprintln!("{p}");
+                say!("{p}");
             }
             return Err(exit::INVALID);
         }
@@ -66,9 +66,9 @@ pub fn report_refusals(refusals: &[Refusal], json: bool) {
         let body = serde_json::json!({ "refused": refusals });
         println!("{}", crate::json_text(&body).unwrap_or_default());
     } else {
-        eprintln!("capgate: the composition is refused:");
+        say!("capgate: the composition is refused:");
         for r in refusals {
-            eprintln!("  {r}");
+            say!("  {r}");
         }
     }
 }

@@ -91,7 +91,9 @@ pub struct RunArgs {
     /// Process and thread limit.
     #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS)]
     pids: u32,
-    /// Exit 3 if anything was refused during the run.
+    /// Exit 3 if the gateway refused anything during the run (a request, a connection, a
+    /// DNS name), or if its refusals could not be recorded. Filesystem and exec refusals are
+    /// the kernel's (EACCES, EROFS, ENOENT for the workload) and are not counted.
     #[arg(long)]
     fail_on_violation: bool,
     /// Approve widenings of the lock and write it.
@@ -447,6 +449,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         args: vec![OsString::from("__sandbox")],
     };
     let prepared = Sandbox::prepare(&helper);
+    let interrupt = crate::interrupt::Interrupt::catch()?;
     let ephemeral = args.name.is_none();
     let name = args.name.clone().unwrap_or_else(random_name);
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
@@ -456,7 +459,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let _lock = match dir.lock()? {
         Some(lock) => lock,
         None => {
-            eprintln!(
+            say!(
                 "capgate: the sandbox could not start: a sandbox named `{name}` is in use by another `capgate run`"
             );
             return Ok(125);
@@ -465,8 +468,18 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // Made by this run (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
+    // An early error leaves nothing behind either.
+    let abandon = |e: anyhow::Error| {
+        if fresh {
+            let _ = dir.remove();
+        }
+        Err(e)
+    };
     let kits = if args.kits.is_empty() {
-        vec![default_kit()?]
+        match default_kit() {
+            Ok(kit) => vec![kit],
+            Err(e) => return abandon(e),
+        }
     } else {
         args.kits.clone()
     };
@@ -479,7 +492,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         json: false,
     };
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
-    let mut store = open_store()?;
+    let mut store = match open_store() {
+        Ok(store) => store,
+        Err(e) => return abandon(e),
+    };
     let provisioned = provision(&create, &mut store, ephemeral);
     let Ok(Ok(provisioned)) = provisioned else {
         // Nothing of the sandbox was made but its directory and lock: one this run made
@@ -489,14 +505,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
     };
-    let outcome = run_provisioned(args, (&name, &provisioned), &mut store, prepared);
+    let outcome = run_provisioned(
+        args,
+        (&name, &provisioned),
+        &mut store,
+        prepared,
+        &interrupt,
+    );
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Err(e) = dir.remove() {
-            eprintln!("capgate: WARNING: this run's state is left on disk: {e:#}");
+            say!("capgate: WARNING: this run's state is left on disk: {e:#}");
         }
     }
-    outcome
+    // An interrupted run ends as interrupted programs do, whatever the workload said.
+    outcome.map(|code| interrupt.signalled().unwrap_or(code))
 }
 
 fn run_provisioned(
@@ -504,6 +527,7 @@ fn run_provisioned(
     (name, provisioned): (&str, &Provisioned),
     store: &mut capgate_policy::Store,
     prepared: Result<Prepared, SandboxError>,
+    interrupt: &crate::interrupt::Interrupt,
 ) -> Result<u8> {
     let (plan, base) = (&provisioned.plan, provisioned.base.as_path());
     let started = Timestamp::now();
@@ -531,7 +555,18 @@ fn run_provisioned(
     let problem = workspace_problem(&workspace, &data)
         .or_else(|| data_dir_problem(&data, &capgate_sandbox::shown_host_dirs()));
     if let Some(problem) = problem {
-        eprintln!("capgate: the sandbox could not start: {problem}");
+        say!("capgate: the sandbox could not start: {problem}");
+        return Ok(125);
+    }
+    // A read-only tier rules out changing the host's files: --mount would let the workload
+    // write them, --copy-back would apply its changes (as a host mount is refused).
+    if (args.mount || args.copy_back)
+        && crate::sandbox::determinism_tier(plan) == Some(capgate_spec::caps::pack::Tier::ReadOnly)
+    {
+        say!(
+            "capgate: the sandbox could not start: the composition's tier is `read-only` (dev.capgate/determinism@1), and {} would let the workload change the host's files; run without it (the workspace is then a copy, discarded at the end)",
+            if args.mount { "--mount" } else { "--copy-back" }
+        );
         return Ok(125);
     }
     // With --mount the workload writes the host directory: a kit or the lock kept there
@@ -542,7 +577,7 @@ fn run_provisioned(
         for path in guarded {
             let path = std::fs::canonicalize(&path).unwrap_or(path);
             if path.starts_with(&workspace) {
-                eprintln!(
+                say!(
                     "capgate: the sandbox could not start: with --mount the workload could rewrite `{}` (a kit or the lock's directory inside the workspace `{}`), and with it what the next run approves; keep kits and the lock outside the workspace (--lock FILE), or run without --mount",
                     path.display(),
                     workspace.display()
@@ -555,7 +590,7 @@ fn run_provisioned(
         && args.name.is_some()
         && let Some(problem) = claim_upper(&dir.dir.join("state"), &workspace)?
     {
-        eprintln!("capgate: the sandbox could not start: {problem}");
+        say!("capgate: the sandbox could not start: {problem}");
         return Ok(125);
     }
     // git-identity@1: selected (and pinned) before anything starts; a required one that
@@ -571,13 +606,13 @@ fn run_provisioned(
                     Some(id)
                 }
                 Err(why) if optional => {
-                    eprintln!(
+                    say!(
                         "capgate: the optional git-identity@1 is skipped: {why}; the workload gets no git name or email"
                     );
                     None
                 }
                 Err(why) => {
-                    eprintln!(
+                    say!(
                         "capgate: the sandbox could not start: the kits require git-identity@1, and {why} (set `git config --global user.name` and `user.email` on the host, or give --git-identity 'Name <email>')"
                     );
                     return Ok(125);
@@ -593,13 +628,13 @@ fn run_provisioned(
         match crate::sshagent::backing_agent() {
             Ok(path) => Some(path),
             Err(why) if !ssh.required => {
-                eprintln!(
+                say!(
                     "capgate: the optional ssh-agent@1 is skipped: {why}; SSH_AUTH_SOCK is not set inside"
                 );
                 None
             }
             Err(why) => {
-                eprintln!(
+                say!(
                     "capgate: the sandbox could not start: the kits require ssh-agent@1, and {why}"
                 );
                 return Ok(125);
@@ -611,14 +646,14 @@ fn run_provisioned(
     let context = match crate::context::materialize(plan, base) {
         Ok(c) => c,
         Err(why) if crate::context::all_optional(plan) => {
-            eprintln!(
+            say!(
                 "capgate: WARNING: the optional agent-context@1 is skipped: {}",
                 printable(&why)
             );
             crate::context::Materialize::default()
         }
         Err(why) => {
-            eprintln!("capgate: the sandbox could not start: {}", printable(&why));
+            say!("capgate: the sandbox could not start: {}", printable(&why));
             return Ok(125);
         }
     };
@@ -710,7 +745,7 @@ fn run_provisioned(
     );
     spec.volumes.extend(skills.mounts);
     for note in skills.notes {
-        eprintln!("capgate: {note}");
+        say!("capgate: {note}");
     }
     // A pack's exec allowlist, read list and write places (dev.capgate/exec@1,
     // filesystem@1): what it may execute, what of the workspace it sees, where it writes.
@@ -745,11 +780,11 @@ fn run_provisioned(
         (Some(m), _) => Some(m),
         (None, Ok(m)) => m,
         (None, Err(e)) if args.dangerously_skip_limits => {
-            eprintln!("capgate: WARNING: memory NOT limited (--dangerously-skip-limits): {e}");
+            say!("capgate: WARNING: memory NOT limited (--dangerously-skip-limits): {e}");
             None
         }
         (None, Err(e)) => {
-            eprintln!(
+            say!(
                 "capgate: the sandbox could not start: {e} (give --memory SIZE, or --dangerously-skip-limits to run without a memory limit)"
             );
             return Ok(125);
@@ -759,7 +794,7 @@ fn run_provisioned(
         (Some(c), _) => Some(c),
         (None, Ok(c)) => c,
         (None, Err(e)) => {
-            eprintln!("capgate: the sandbox could not start: {e} (give --cpus CPUS)");
+            say!("capgate: the sandbox could not start: {e} (give --cpus CPUS)");
             return Ok(125);
         }
     };
@@ -782,25 +817,28 @@ fn run_provisioned(
     // port@1: the host reaches these through the sandbox's dialer.
     let ports = crate::ports::requested(plan);
     spec.dialer = !ports.is_empty();
+    if let Some(code) = interrupt.signalled() {
+        return Ok(code); // nothing started yet
+    }
     let (mut sandbox, fds) = match prepared.and_then(|p| p.start(&spec)) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
+            say!(
                 "capgate: the sandbox could not start: {}",
                 printable(&e.to_string())
             );
             // What the host offers explains a failed start, not a refused request.
             if !matches!(e, capgate_sandbox::SandboxError::InvalidSpec { .. }) {
-                eprintln!("{}", capgate_sandbox::probe_host());
+                say!("{}", capgate_sandbox::probe_host());
             }
             return Ok(start_failure(&e));
         }
     };
     for w in unimplemented(plan) {
-        eprintln!("capgate: WARNING: {w}");
+        say!("capgate: WARNING: {w}");
     }
     for w in &sandbox.report().warnings {
-        eprintln!("capgate: WARNING: {}", w.trim_start_matches("WARNING: "));
+        say!("capgate: WARNING: {}", w.trim_start_matches("WARNING: "));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -828,35 +866,15 @@ fn run_provisioned(
             crate::ports::publish(&runtime, dialer, &ports, &spec.listeners)
                 .context("cannot publish the sandbox's ports on the host's loopback")?;
         for note in notes {
-            eprintln!("capgate: WARNING: {note}");
+            say!("capgate: WARNING: {note}");
         }
         for p in published {
-            eprintln!("capgate: {}", p.describe());
+            say!("capgate: {}", p.describe());
         }
     }
-    // SIGTERM or SIGHUP (a closed terminal, a service manager) ends the sandbox, and the
-    // run then cleans up as after any end: the audit log flushed, an ephemeral sandbox
-    // removed. (Ctrl-C reaches the helper in the same process group, with the same end.)
-    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // From here a signal stops the sandbox (see `crate::interrupt`).
     if let Some(stopper) = sandbox.stopper() {
-        let stopping = Arc::clone(&stopping);
-        runtime.spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut hup)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-            ) else {
-                return;
-            };
-            let which = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = hup.recv() => "SIGHUP",
-            };
-            if !stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("capgate: {which}: stopping the sandbox");
-                stopper.stop();
-            }
-        });
+        interrupt.arm(stopper);
     }
 
     // Install hooks under install grants, then runtime grants for everything else.
@@ -866,11 +884,11 @@ fn run_provisioned(
     {
         // An optional identity that cannot be set is skipped, like one that cannot be had.
         if identity_wanted == Some(true) {
-            eprintln!(
+            say!(
                 "capgate: the optional git-identity@1 is skipped: it could not be set inside: {e:#}"
             );
         } else {
-            eprintln!("capgate: the git identity could not be set inside: {e:#}");
+            say!("capgate: the git identity could not be set inside: {e:#}");
             code = 1;
         }
     }
@@ -890,7 +908,7 @@ fn run_provisioned(
             match sandbox.run(&cmd) {
                 Ok(s) if s.success() => {}
                 Ok(s) => {
-                    eprintln!(
+                    say!(
                         "capgate: install hook {} failed (exit {})",
                         i + 1,
                         status_code(s)
@@ -899,7 +917,7 @@ fn run_provisioned(
                     break;
                 }
                 Err(e) => {
-                    eprintln!("capgate: install hook {} could not start: {e}", i + 1);
+                    say!("capgate: install hook {} could not start: {e}", i + 1);
                     code = start_failure(&e);
                     break;
                 }
@@ -908,10 +926,16 @@ fn run_provisioned(
     }
     phase.set(Phase::Runtime);
     if code == exit::OK {
-        code = run_workload(&mut sandbox, args, (hooks.as_ref(), &context), &envs);
+        code = run_workload(
+            &mut sandbox,
+            args,
+            (hooks.as_ref(), &context),
+            &envs,
+            &|| interrupt.signalled().is_some(),
+        );
     }
     // From here the helper's pid is reaped: no signal may use it any more.
-    stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    interrupt.disarm();
     let _ = sandbox.stop();
     runtime.shutdown_background();
     if args.copy_back {
@@ -920,7 +944,7 @@ fn run_provisioned(
         let outcome =
             crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data, &guarded);
         if let Err(e) = &outcome {
-            eprintln!(
+            say!(
                 "capgate: copy-back failed, nothing was applied: {}",
                 capgate_spec::text::printable(&format!("{e:#}"))
             );
@@ -933,7 +957,7 @@ fn run_provisioned(
             // directory again, not from changes already applied.
             Ok(crate::copyback::Outcome::Complete) => {
                 if let Err(e) = capgate_sandbox::remove_tree(&upper) {
-                    eprintln!(
+                    say!(
                         "capgate: WARNING: the copied-back changes are left in {}: {e}",
                         upper.display()
                     );
@@ -949,21 +973,29 @@ fn run_provisioned(
                 let moved = crate::state::private_dir(&parent)
                     .and_then(|()| Ok(std::fs::rename(&upper, &kept)?));
                 match moved {
-                    Ok(()) => eprintln!(
+                    Ok(()) => say!(
                         "capgate: copy-back: the workload's changes are kept in {}",
                         kept.display()
                     ),
-                    Err(e) => eprintln!(
-                        "capgate: WARNING: the workload's changes could not be kept: {e:#}"
-                    ),
+                    Err(e) => {
+                        say!("capgate: WARNING: the workload's changes could not be kept: {e:#}")
+                    }
                 }
             }
         }
     }
 
-    // What was refused.
-    if let Some(a) = &audit {
-        let _ = a.flush();
+    // What was refused. A log that could not be written (a full disk, which the workload
+    // can cause) hides refusals: said, and under --fail-on-violation counted as one.
+    let mut audit_lost = false;
+    if let Some(a) = &audit
+        && let Err(e) = a.flush()
+    {
+        say!(
+            "capgate: WARNING: the audit log could not be written, so refusals of this run may be missing from it and from this summary: {}",
+            printable(&e.to_string())
+        );
+        audit_lost = true;
     }
     let refused = summarize(store, name, started)?;
     if let Some(w) = workload
@@ -977,10 +1009,13 @@ fn run_provisioned(
             refusals: u64::try_from(refused).unwrap_or(u64::MAX),
             sandbox: name,
         }) {
-            eprintln!("capgate: WARNING: this pack version could not be flagged: {e}");
+            say!("capgate: WARNING: this pack version could not be flagged: {e}");
         }
     }
-    if args.fail_on_violation && refused > 0 {
+    if args.fail_on_violation && (refused > 0 || audit_lost) {
+        if refused == 0 {
+            say!("capgate: --fail-on-violation: exit 3, as refusals could not be recorded");
+        }
         return Ok(exit::VIOLATION);
     }
     Ok(code)
@@ -1137,11 +1172,12 @@ fn run_workload(
     args: &RunArgs,
     (hooks, context): (Option<&Lifecycle>, &crate::context::Materialize),
     envs: &Environments,
+    interrupted: &dyn Fn() -> bool,
 ) -> u8 {
     if let Some(l) = hooks {
         for file in &l.files {
             if let Err(e) = write_kit_file(sandbox, file) {
-                eprintln!(
+                say!(
                     "capgate: lifecycle file `{}` could not be written: {}",
                     printable(&file.path),
                     printable(&e.to_string())
@@ -1168,7 +1204,7 @@ fn run_workload(
     let shared = args.mount || args.copy_back || args.name.is_some();
     for (path, text, how) in writes {
         if shared && Path::new(path).starts_with(capgate_sandbox::WORKSPACE_DIR) {
-            eprintln!(
+            say!(
                 "capgate: WARNING: agent-context@1 `{}` is not written: it is in the workspace, which {} the host's directory",
                 printable(path),
                 if args.mount {
@@ -1188,9 +1224,9 @@ fn run_workload(
         if let Err(e) = write_inside(sandbox, crate::context::SCRIPT, &args, text) {
             let path = printable(path);
             if context.optional {
-                eprintln!("capgate: WARNING: agent-context@1 `{path}` could not be written: {e:#}");
+                say!("capgate: WARNING: agent-context@1 `{path}` could not be written: {e:#}");
             } else {
-                eprintln!("capgate: agent-context@1 `{path}` could not be written: {e:#}");
+                say!("capgate: agent-context@1 `{path}` could not be written: {e:#}");
                 return 1;
             }
         }
@@ -1219,7 +1255,7 @@ fn run_workload(
                 cmd.user = User::Root;
             }
             if let Err(e) = sandbox.run(&cmd) {
-                eprintln!("capgate: a startup hook could not start: {e}");
+                say!("capgate: a startup hook could not start: {e}");
             }
         }
     }
@@ -1236,8 +1272,10 @@ fn run_workload(
     cmd.env = envs.workload();
     match sandbox.run(&cmd) {
         Ok(status) => status_code(status),
+        // Stopped by a signal: said when it came, and the run's code is the signal's.
+        Err(e @ SandboxError::Gone { .. }) if interrupted() => start_failure(&e),
         Err(e) => {
-            eprintln!("capgate: {e}");
+            say!("capgate: {e}");
             start_failure(&e)
         }
     }
@@ -1281,7 +1319,7 @@ fn warn_if_flagged(store: &capgate_policy::Store, workload: &capgate_resolve::Un
         .as_deref()
         .map(|v| format!(" {}", printable(v)))
         .unwrap_or_default();
-    eprintln!(
+    say!(
         "capgate: WARNING: this version of kit `{}`{version} ({}) was refused {} in {} earlier {}, the last in sandbox `{}` at {}; it stays flagged until the kit changes (see: capgate log --sandbox {})",
         printable(&workload.reference),
         short_digest(&flag.digest),
@@ -1323,7 +1361,7 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
     if denied.is_empty() {
         return Ok(0);
     }
-    eprintln!(
+    say!(
         "capgate: {} refused in sandbox `{name}`:",
         plural(denied.len())
     );
@@ -1348,9 +1386,9 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
         } else {
             String::new()
         };
-        eprintln!("  {what}: {reason}{rule}{times}");
+        say!("  {what}: {reason}{rule}{times}");
     }
-    eprintln!("  (details: capgate policy log --sandbox {name})");
+    say!("  (details: capgate policy log --sandbox {name})");
     Ok(denied.len())
 }
 

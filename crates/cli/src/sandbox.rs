@@ -113,7 +113,7 @@ pub fn lock_location(
             },
             Err(problems) => {
                 for p in problems {
-                    eprintln!("{p}");
+                    say!("{p}");
                 }
                 return Err(exit::INVALID);
             }
@@ -266,7 +266,7 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         // Not while a run of it holds its lock (its state and upper directory in use).
         let dir = SandboxDir::of(&args.name)?;
         let Some(_lock) = dir.lock()? else {
-            eprintln!(
+            say!(
                 "capgate: the sandbox `{}` is in use by a `capgate run`; stop it first",
                 args.name
             );

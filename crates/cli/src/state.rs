@@ -13,7 +13,35 @@ use capgate_spec::Descriptor;
 
 /// `$CAPGATE_HOME`, else `$XDG_DATA_HOME/capgate`, else `~/.local/share/capgate`.
 pub fn data_dir() -> Result<PathBuf> {
-    Ok(capgate_policy::store::data_dir()?)
+    let dir = capgate_policy::store::data_dir()?;
+    if let Some(problem) = foreign_data_dir(&dir) {
+        bail!("{problem}");
+    }
+    Ok(dir)
+}
+
+/// Why an existing data directory cannot be trusted: it holds the secrets, the CA key and
+/// the policy, so one that another user owns, or may write (a shared `CAPGATE_HOME` made
+/// by someone else first), could have its files swapped to send the secrets elsewhere.
+fn foreign_data_dir(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = fs::metadata(dir).ok()?; // made later, by this user, 0700
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Some(format!(
+            "the data directory `{}` belongs to uid {}, not to this user (uid {me}): it holds capgate's secrets, CA key and policy, which its owner could replace; use a directory of your own (set CAPGATE_HOME)",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Some(format!(
+            "the data directory `{}` may be written by other users (mode {:o}): it holds capgate's secrets, CA key and policy; make it private (chmod 700) or use another (CAPGATE_HOME)",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    None
 }
 
 pub fn open_store() -> Result<Store> {

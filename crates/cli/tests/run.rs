@@ -100,10 +100,11 @@ impl Env {
     /// `capgate` with extra environment variables.
     fn capgate_env(&self, args: &[&str], stdin: Option<&str>, vars: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(BIN);
-        cmd.envs(vars.iter().copied());
         cmd.args(args)
             .current_dir(self.path("ws"))
             .env("CAPGATE_HOME", self.path("home"))
+            // After the defaults, so that a test may replace them.
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(if stdin.is_some() {
@@ -1080,63 +1081,183 @@ fn the_data_directory_is_private_whatever_the_umask() {
     assert!(mode("") & 0o077 == 0, "data directory {:o}", mode(""));
 }
 
-/// SIGTERM (or SIGHUP) to `capgate run` ends the workload and still cleans up: the
-/// ephemeral sandbox's record and state are gone, as after a normal end. (And the run,
-/// which holds real secrets, writes no core file.)
+/// A data directory another user made first (a shared `CAPGATE_HOME`), or one others may
+/// write, could have its policy and compositions swapped to send the secrets elsewhere:
+/// refused by every command, naming why, beside the twin of one's own, private directory.
+#[test]
+fn a_data_directory_of_someone_elses_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = setup();
+    let home = env.path("home");
+    std::fs::create_dir(&home).unwrap();
+    let secret_ls = || {
+        let o = env.capgate(&["secret", "ls"], None);
+        let (stdout, stderr) = out(&o);
+        (o.status.code(), format!("{stdout}{stderr}"))
+    };
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, said) = secret_ls();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("may be written by other users (mode 777)"),
+        "{said}"
+    );
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (code, said) = secret_ls();
+    assert_eq!(code, Some(0), "{said}");
+    // Owned by another user (root can make one; elsewhere this part is skipped).
+    if Command::new("chown")
+        .args(["65534"])
+        .arg(&home)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let (code, said) = secret_ls();
+        assert_eq!(code, Some(1), "{said}");
+        assert!(said.contains("belongs to uid 65534"), "{said}");
+    }
+}
+
+/// SIGTERM, SIGHUP and SIGINT (a terminal's Ctrl-C, sent to the whole process group) to
+/// `capgate run` end the workload and still clean up: the ephemeral sandbox's record and
+/// state are gone, as after a normal end, and the run exits with 128 + the signal. So too
+/// when capgate's stderr is a pipe whose reader has left (its message about the signal
+/// cannot be written, which must not keep it from stopping the sandbox). And the run,
+/// which holds real secrets, writes no core file.
 #[test]
 fn a_terminated_run_still_cleans_up() {
+    for (signal, number, group, reader_left) in [
+        ("TERM", 15, false, false),
+        ("TERM", 15, false, true),
+        ("HUP", 1, false, true),
+        ("INT", 2, true, false),
+    ] {
+        let env = setup();
+        let ws = env.path("ws").display().to_string();
+        // Started with core files allowed (soft limit unlimited), which capgate turns off,
+        // and as the leader of its own process group (as a terminal's job is).
+        let mut child = Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                &format!("ulimit -S -c unlimited; exec {BIN} run --workspace {ws} -- sh -c 'echo started; sleep 30; echo finished'"),
+            ])
+            .env("CAPGATE_HOME", env.path("home"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr_pipe = child.stderr.take().unwrap();
+        let stderr_reader = (!reader_left)
+            .then(|| std::thread::spawn(move || std::io::read_to_string(stderr_pipe).unwrap()));
+        // Wait for the workload to have started.
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        assert_eq!(first, "started\n", "{signal}");
+        let sandboxes = env.path("home/sandboxes");
+        assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 1);
+        let pid = child.id().to_string();
+        // The process that holds the gateway's secrets writes no core file.
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let core = limits
+            .lines()
+            .find(|l| l.starts_with("Max core file size"))
+            .unwrap();
+        assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
+        let target = if group { format!("-{pid}") } else { pid };
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{signal}"), "--", &target])
+                .status()
+                .unwrap()
+                .success()
+        );
+        // A run that ignored the signal would sleep on, then say `finished`.
+        let rest = std::io::read_to_string(stdout).unwrap();
+        let status = child.wait().unwrap();
+        let stderr = stderr_reader.map(|t| t.join().unwrap()).unwrap_or_default();
+        assert_eq!(rest, "", "SIG{signal}: the workload went on: {stderr}");
+        assert_eq!(status.code(), Some(128 + number), "SIG{signal}: {stderr}");
+        if !reader_left {
+            assert!(
+                stderr.contains(&format!("SIG{signal}: stopping the sandbox")),
+                "{stderr}"
+            );
+            assert!(!stderr.contains("no longer running"), "{stderr}");
+        }
+        assert_eq!(
+            std::fs::read_dir(&sandboxes).unwrap().count(),
+            0,
+            "SIG{signal}: the run's state is left: {stderr}"
+        );
+        let ls = env.capgate(&["ls", "--json"], None);
+        assert!(
+            !String::from_utf8_lossy(&ls.stdout).contains("run-"),
+            "{:?}",
+            out(&ls)
+        );
+    }
+}
+
+/// A workload that fills the disk holding the data directory (its copy-mode writes land
+/// there, and are freed with its state at the end) must not hide a refusal:
+/// the lost audit log is said, and `--fail-on-violation` still exits 3; the twin on a disk
+/// with room exits 3 through the summary. Needs root for a small tmpfs; else it skips.
+#[test]
+fn refusals_hidden_by_a_full_disk_still_fail_the_run() {
+    if !Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
+    {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    struct Mounted(PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
     let env = setup();
-    let ws = env.path("ws").display().to_string();
-    // Started with core files allowed (soft limit unlimited), which capgate turns off.
-    let mut child = Command::new("sh")
-        .args([
-            "-c",
-            &format!("ulimit -S -c unlimited; exec {BIN} run --workspace {ws} -- sh -c 'echo started; sleep 30'"),
-        ])
-        .env("CAPGATE_HOME", env.path("home"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait for the workload to have started.
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert_eq!(first, "started\n");
-    let sandboxes = env.path("home/sandboxes");
-    assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 1);
-    let pid = child.id().to_string();
-    // The process that holds the gateway's secrets writes no core file.
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let core = limits
-        .lines()
-        .find(|l| l.starts_with("Max core file size"))
-        .unwrap();
-    assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
+    let small = env.path("small");
+    std::fs::create_dir(&small).unwrap();
     assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(&small)
             .status()
             .unwrap()
             .success()
     );
-    let o = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(stderr.contains("SIGTERM: stopping the sandbox"), "{stderr}");
-    assert_eq!(
-        std::fs::read_dir(&sandboxes).unwrap().count(),
-        0,
-        "the run's state is left: {stderr}"
-    );
-    let ls = env.capgate(&["ls", "--json"], None);
+    let _mounted = Mounted(small.clone());
+    let refused = "curl -s -o /dev/null -w '%{http_code}' http://blocked.test/";
+    let run = |script: &str| {
+        let o = env.capgate_env(
+            &["run", "--fail-on-violation", "--", "sh", "-c", script],
+            None,
+            &[("CAPGATE_HOME", small.join("home").to_str().unwrap())],
+        );
+        let (stdout, stderr) = out(&o);
+        (o.status.code(), stdout, stderr)
+    };
+    let (code, stdout, stderr) = run(&format!("{refused}; exit 0"));
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    assert_eq!(stdout, "403", "{stderr}");
     assert!(
-        !String::from_utf8_lossy(&ls.stdout).contains("run-"),
-        "{:?}",
-        out(&ls)
+        !stderr.contains("audit log could not be written"),
+        "{stderr}"
     );
+    let (code, stdout, stderr) = run(&format!(
+        "dd if=/dev/zero of=fill bs=64k count=128 2>/dev/null; {refused}; exit 0"
+    ));
+    assert_eq!(stdout, "403", "{stderr}");
+    assert!(
+        stderr.contains("audit log could not be written"),
+        "{stderr}"
+    );
+    assert_eq!(code, Some(3), "{stderr}");
 }
 
 /// Runs `sh probe.sh` (already in the workspace) with `kit`, the upstream CA trusted and
@@ -1227,6 +1348,36 @@ except e.HTTPError as err:
     };
     assert_eq!(paths(&plain_seen), ["GET /read"]);
     assert_eq!(paths(&api_seen), ["GET /read"]);
+
+    // Nor may it change the host's files through the workspace: --mount and --copy-back
+    // are refused before anything runs, and the host's file stays as it was.
+    std::fs::write(env.path("ws/data.txt"), "original\n").unwrap();
+    let kit = env.path("pack").display().to_string();
+    for flag in ["--mount", "--copy-back"] {
+        let o = env.capgate(
+            &[
+                "run",
+                flag,
+                "--kit",
+                &kit,
+                "--",
+                "sh",
+                "-c",
+                "echo CHANGED > data.txt",
+            ],
+            None,
+        );
+        let (stdout, stderr) = out(&o);
+        assert_eq!(o.status.code(), Some(125), "{flag}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("tier is `read-only`") && stderr.contains(flag),
+            "{stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(env.path("ws/data.txt")).unwrap(),
+            "original\n"
+        );
+    }
 }
 
 /// A pack's egress triples in a real sandbox: curl and python reach the host, port and
