@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context as _, Result};
 use capgate_sandbox::Stopper;
+use rustix::process::Signal;
 
 /// Where the run is, as far as a signal is concerned.
 #[derive(Debug)]
@@ -71,11 +72,11 @@ impl Interrupt {
                     let _ = ready.send(Ok(()));
                     loop {
                         let (name, number) = tokio::select! {
-                            _ = int.recv() => ("SIGINT", libc_sig::INT),
-                            _ = term.recv() => ("SIGTERM", libc_sig::TERM),
-                            _ = hup.recv() => ("SIGHUP", libc_sig::HUP),
+                            _ = int.recv() => ("SIGINT", Signal::INT),
+                            _ = term.recv() => ("SIGTERM", Signal::TERM),
+                            _ = hup.recv() => ("SIGHUP", Signal::HUP),
                         };
-                        shared.received(name, number);
+                        shared.received(name, number.as_raw());
                     }
                 });
             })
@@ -132,11 +133,4 @@ impl Interrupt {
             n => u8::try_from(128 + n).ok(),
         }
     }
-}
-
-/// The signal numbers (Linux, every architecture capgate builds for).
-mod libc_sig {
-    pub const HUP: i32 = 1;
-    pub const INT: i32 = 2;
-    pub const TERM: i32 = 15;
 }

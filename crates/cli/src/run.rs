@@ -452,6 +452,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let interrupt = crate::interrupt::Interrupt::catch()?;
     let ephemeral = args.name.is_none();
     let name = args.name.clone().unwrap_or_else(random_name);
+    // What needs no sandbox directory comes first: an error here leaves nothing behind.
+    let kits = if args.kits.is_empty() {
+        vec![default_kit()?]
+    } else {
+        args.kits.clone()
+    };
+    // One connection for the run: provisioning, the gateway's rules, the summary, removal.
+    let mut store = open_store()?;
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
     // of the same name would re-provision its rules, and write its upper directory while
     // copy-back reads it.
@@ -468,21 +476,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // Made by this run (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
-    // An early error leaves nothing behind either.
-    let abandon = |e: anyhow::Error| {
-        if fresh {
-            let _ = dir.remove();
-        }
-        Err(e)
-    };
-    let kits = if args.kits.is_empty() {
-        match default_kit() {
-            Ok(kit) => vec![kit],
-            Err(e) => return abandon(e),
-        }
-    } else {
-        args.kits.clone()
-    };
     let create = CreateArgs {
         name: name.clone(),
         kits,
@@ -490,11 +483,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         lock: args.lock.clone(),
         approve: args.approve,
         json: false,
-    };
-    // One connection for the run: provisioning, the gateway's rules, the summary, removal.
-    let mut store = match open_store() {
-        Ok(store) => store,
-        Err(e) => return abandon(e),
     };
     let provisioned = provision(&create, &mut store, ephemeral);
     let Ok(Ok(provisioned)) = provisioned else {
@@ -931,7 +919,7 @@ fn run_provisioned(
             args,
             (hooks.as_ref(), &context),
             &envs,
-            &|| interrupt.signalled().is_some(),
+            interrupt,
         );
     }
     // From here the helper's pid is reaped: no signal may use it any more.
@@ -1172,7 +1160,7 @@ fn run_workload(
     args: &RunArgs,
     (hooks, context): (Option<&Lifecycle>, &crate::context::Materialize),
     envs: &Environments,
-    interrupted: &dyn Fn() -> bool,
+    interrupt: &crate::interrupt::Interrupt,
 ) -> u8 {
     if let Some(l) = hooks {
         for file in &l.files {
@@ -1273,7 +1261,7 @@ fn run_workload(
     match sandbox.run(&cmd) {
         Ok(status) => status_code(status),
         // Stopped by a signal: said when it came, and the run's code is the signal's.
-        Err(e @ SandboxError::Gone { .. }) if interrupted() => start_failure(&e),
+        Err(e @ SandboxError::Gone { .. }) if interrupt.signalled().is_some() => start_failure(&e),
         Err(e) => {
             say!("capgate: {e}");
             start_failure(&e)

@@ -25,6 +25,14 @@ impl Home {
         c
     }
 
+    /// Creates the sandbox `name` from `yaml`, written as the kit `kit`.
+    fn create(&self, name: &str, yaml: &str) {
+        std::fs::create_dir_all(self.0.path().join("kit")).unwrap();
+        std::fs::write(self.0.path().join("kit/kit.yaml"), yaml).unwrap();
+        let o = self.run(&["create", name, "--kit", "kit"], None);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+    }
+
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut c = self.cmd(args);
         c.stdout(Stdio::piped())
@@ -109,16 +117,7 @@ fn curl_code(proxy: u16, url: &str) -> String {
 #[test]
 fn decisions_follow_the_store_while_the_gateway_runs() {
     let h = Home(tempfile::tempdir().unwrap());
-    std::fs::create_dir_all(h.0.path().join("kit")).unwrap();
-    std::fs::write(
-        h.0.path().join("kit/kit.yaml"),
-        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n  - type: com.docker.sandbox/credential@1\n    config: {service: svc, phase: runtime, apiKey: {name: SVC_TOKEN, inject: [{domain: svc.test}]}}\n",
-    )
-    .unwrap();
-    assert_eq!(
-        h.run(&["create", "gw", "--kit", "kit"], None).status.code(),
-        Some(0)
-    );
+    h.create("gw", "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n  - type: com.docker.sandbox/credential@1\n    config: {service: svc, phase: runtime, apiKey: {name: SVC_TOKEN, inject: [{domain: svc.test}]}}\n");
     assert_eq!(
         h.run(&["secret", "set", "svc"], Some("the-real-secret"))
             .status
@@ -275,16 +274,7 @@ fn env_of_a_missing_sandbox_says_so_and_makes_nothing() {
 #[test]
 fn a_flood_of_idle_connections_does_not_stop_the_gateway() {
     let h = Home(tempfile::tempdir().unwrap());
-    std::fs::create_dir_all(h.0.path().join("kit")).unwrap();
-    std::fs::write(
-        h.0.path().join("kit/kit.yaml"),
-        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n",
-    )
-    .unwrap();
-    assert_eq!(
-        h.run(&["create", "gw", "--kit", "kit"], None).status.code(),
-        Some(0)
-    );
+    h.create("gw", "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n");
     let up = upstream();
     let (port, socks) = (free_port(), free_port());
     let mut cmd = Command::new("prlimit");

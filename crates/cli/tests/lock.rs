@@ -25,6 +25,12 @@ fn capgate(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Writes `yaml` as the kit `name` (its directory's `kit.yaml`) beneath `dir`.
+fn write_kit(dir: &Path, name: &str, yaml: &str) {
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    std::fs::write(dir.join(name).join("kit.yaml"), yaml).unwrap();
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -238,12 +244,11 @@ fn lock_path_can_be_given() {
 fn refused_compositions_exit_2_with_every_reason() {
     let tmp = setup();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("other")).unwrap();
-    std::fs::write(
-        dir.join("other/kit.yaml"),
-        WORKLOAD.replace("provides: [base]", "provides: [base]\nrequires: [missing]"),
-    )
-    .unwrap();
+    write_kit(
+        dir,
+        "other",
+        &WORKLOAD.replace("provides: [base]", "provides: [base]\nrequires: [missing]"),
+    );
     let out = capgate(dir, &["resolve", "base", "other", "tool"]);
     assert_eq!(out.status.code(), Some(2));
     let t = text(&out);
@@ -883,12 +888,7 @@ fn a_lock_beside_another_kit_is_not_silently_replaced_by_a_new_one() {
 fn a_lock_that_is_no_regular_file_is_refused_without_reading_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("w")).unwrap();
-    std::fs::write(
-        dir.join("w/kit.yaml"),
-        "schemaVersion: \"3\"\nkind: workload\n",
-    )
-    .unwrap();
+    write_kit(dir, "w", "schemaVersion: \"3\"\nkind: workload\n");
     let lock = dir.join("w/capgate.lock");
     std::os::unix::fs::symlink("/dev/zero", &lock).unwrap();
     let bounded = |args: &[&str]| {
@@ -931,22 +931,20 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
         assert!(!all.contains(&0x1b), "{}", text(out));
         assert!(text(out).contains("\\u{1b}"), "{}", text(out));
     };
-    std::fs::create_dir_all(dir.join("paths")).unwrap();
-    std::fs::write(
-        dir.join("paths/kit.yaml"),
+    write_kit(
+        dir,
+        "paths",
         "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/filesystem@1\n    config:\n      write: [\"/tmp\\r\\e[4A\\e[J\\nNo grants\"]\n",
-    )
-    .unwrap();
+    );
     let out = capgate(dir, &["validate", "paths"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     no_escape(&out);
 
-    std::fs::create_dir_all(dir.join("host")).unwrap();
-    std::fs::write(
-        dir.join("host/kit.yaml"),
+    write_kit(
+        dir,
+        "host",
         "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [\"a\\e[31mb.example.com\"]}}\n",
-    )
-    .unwrap();
+    );
     let out = Command::new(BIN)
         .args(["create", "h", "--kit", "host"])
         .current_dir(dir)
@@ -957,12 +955,7 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
     no_escape(&out);
 
-    std::fs::create_dir_all(dir.join("locked")).unwrap();
-    std::fs::write(
-        dir.join("locked/kit.yaml"),
-        "schemaVersion: \"3\"\nkind: workload\n",
-    )
-    .unwrap();
+    write_kit(dir, "locked", "schemaVersion: \"3\"\nkind: workload\n");
     std::fs::write(
         dir.join("locked/capgate.lock"),
         "{\"version\": 1, \"kits\": [], \"\\u001b[2K\\rlock OK\": 1}",
@@ -983,12 +976,11 @@ fn hostile_kit_text_never_reaches_the_terminal_raw() {
     no_escape(&out);
     // --json output: the same value, with C1 controls and bidirectional overrides (which
     // JSON writers leave as they are) escaped.
-    std::fs::create_dir_all(dir.join("described")).unwrap();
-    std::fs::write(
-        dir.join("described/kit.yaml"),
+    write_kit(
+        dir,
+        "described",
         "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {container: 8000, name: \"ok\\x9b2J\\u202eevil\"}\n",
-    )
-    .unwrap();
+    );
     let out = capgate(dir, &["resolve", "described", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let json = String::from_utf8(out.stdout.clone()).unwrap();

@@ -549,7 +549,7 @@ pub(crate) fn init_effects(
     // workload can write is noexec too: Landlock refuses an `execve` there, but the dynamic
     // loader (granted with each listed program) maps a file it is handed, which only the
     // mount's noexec refuses, and a program written there must never run.
-    let writable = if spec.exec_only.is_some() {
+    let writable_flags = if spec.exec_only.is_some() {
         NOSUID_NODEV | MsFlags::MS_NOEXEC
     } else {
         NOSUID_NODEV
@@ -558,7 +558,7 @@ pub(crate) fn init_effects(
     push(mount_fs(
         "tmpfs",
         r("/tmp"),
-        writable,
+        writable_flags,
         format!("mode=1777,size={size}"),
     ));
     push(Effect::MakeDir {
@@ -596,7 +596,7 @@ pub(crate) fn init_effects(
         WorkspaceMode::Copy => push(mount_fs(
             "overlay",
             ws_at.clone(),
-            writable,
+            writable_flags,
             format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
                 host_ws.display(),
@@ -606,17 +606,17 @@ pub(crate) fn init_effects(
         )),
         WorkspaceMode::Mount => {
             push(bind(host_ws, ws_at.clone()));
-            push(remount_bind(ws_at.clone(), writable));
+            push(remount_bind(ws_at.clone(), writable_flags));
         }
     }
     if let Some(view) = &view {
         push(mount_fs(
             "tmpfs",
             r(WORKSPACE_DIR),
-            writable,
+            writable_flags,
             format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
         ));
-        for (path, place) in view {
+        for (path, writable) in view {
             push(Effect::BindView {
                 from: ws_at.clone(),
                 rel: path
@@ -624,7 +624,7 @@ pub(crate) fn init_effects(
                     .unwrap_or(path)
                     .to_path_buf(),
                 view: r(WORKSPACE_DIR),
-                writable: *place,
+                writable: *writable,
                 owner: (AGENT_ID, AGENT_ID),
             });
         }
@@ -661,20 +661,20 @@ pub(crate) fn init_effects(
         match &v.source {
             VolumeSource::Dir(src) => {
                 push(beneath(bind(src.clone(), target.clone())));
-                push(beneath(remount_bind(target, writable)));
+                push(beneath(remount_bind(target, writable_flags)));
             }
             VolumeSource::HostDir {
                 path,
                 identity,
-                writable: host_writable,
+                writable,
             } => {
                 push(beneath(Effect::BindVetted {
                     source: path.clone(),
                     identity: *identity,
                     target: target.clone(),
                 }));
-                let flags = if *host_writable {
-                    writable
+                let flags = if *writable {
+                    writable_flags
                 } else {
                     MsFlags::MS_RDONLY | NOSUID_NODEV
                 };
@@ -683,7 +683,7 @@ pub(crate) fn init_effects(
             VolumeSource::Tmpfs { size } => push(beneath(mount_fs(
                 "tmpfs",
                 target,
-                writable,
+                writable_flags,
                 format!("mode=0755,uid={AGENT_ID},gid={AGENT_ID},size={size}"),
             ))),
         }
@@ -734,7 +734,7 @@ pub(crate) fn init_effects(
             if !places.iter().any(|p| base.starts_with(p)) {
                 push(beneath(remount_bind(
                     r(&base.to_string_lossy()),
-                    MsFlags::MS_RDONLY | writable,
+                    MsFlags::MS_RDONLY | writable_flags,
                 )));
             }
         }
