@@ -1203,7 +1203,8 @@ fn a_terminated_run_still_cleans_up() {
 /// A workload that fills the disk holding the data directory (its copy-mode writes land
 /// there, and are freed with its state at the end) must not hide a refusal:
 /// the lost audit log is said, and `--fail-on-violation` still exits 3; the twin on a disk
-/// with room exits 3 through the summary. Needs root for a small tmpfs; else it skips.
+/// with room exits 3 through the summary. Needs root and a host that lets it mount a small
+/// tmpfs; else it says why it skips.
 #[test]
 fn refusals_hidden_by_a_full_disk_still_fail_the_run() {
     if !Command::new("id")
@@ -1223,14 +1224,15 @@ fn refusals_hidden_by_a_full_disk_still_fail_the_run() {
     let env = setup();
     let small = env.path("small");
     std::fs::create_dir(&small).unwrap();
-    assert!(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-            .arg(&small)
-            .status()
-            .unwrap()
-            .success()
-    );
+    if !Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: this host does not let root mount a tmpfs");
+        return;
+    }
     let _mounted = Mounted(small.clone());
     let refused = "curl -s -o /dev/null -w '%{http_code}' http://blocked.test/";
     let run = |script: &str| {
