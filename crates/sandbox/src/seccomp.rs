@@ -2,11 +2,12 @@
 //! mounts, Landlock and dropped capabilities are the main walls, this list removes kernel
 //! attack surface and the ways around them).
 //!
-//! Three BPF programs are installed, in this order:
+//! Three or four BPF programs are installed, in this order:
 //! 1. the deny list: the entries of [`DENY`] return `EPERM`;
 //! 2. `clone3` returns `ENOSYS`: its flags live in memory seccomp cannot read, and libc falls
 //!    back to `clone`, whose flags the deny list checks;
-//! 3. (x86_64) syscalls with the x32 bit set return `ENOSYS`: they have the same audit arch
+//! 3. with an exec allowlist only, the entries of [`EXEC_LIST`] return `EACCES`;
+//! 4. (x86_64) syscalls with the x32 bit set return `ENOSYS`: they have the same audit arch
 //!    value as native ones, so without this check `mount | 0x40000000` would pass a deny list.
 //!
 //! Any other architecture (i386 `int 0x80` on x86_64, arm32 compat on aarch64) kills the
