@@ -69,13 +69,15 @@ pub enum CaCommand {
 #[derive(Debug, Subcommand)]
 pub enum SecretCommand {
     /// Store the secret for SERVICE, read from standard input (never from the command line).
+    /// Running gateways use the new value from their next request (within a second).
     Set { service: String },
     /// List the services that have a secret (names only).
     Ls {
         #[arg(long)]
         json: bool,
     },
-    /// Remove the secret for SERVICE.
+    /// Remove the secret for SERVICE. Running gateways stop sending it from their next
+    /// request (within a second); its sentinel is then refused everywhere.
     Rm { service: String },
 }
 
@@ -240,8 +242,12 @@ pub fn config(
     })
 }
 
-/// Keeps the gateway's rules current: the user may add a deny while the sandbox runs.
-pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
+/// Keeps the gateway current while its sandbox runs: the user may add a deny, or set or
+/// remove a secret (`capgate secret rm` stops the secret being sent from the next request
+/// on). Both are looked at every 500 ms.
+pub fn watch_store(sandbox: String, cfg: &GatewayConfig) {
+    let view = Arc::clone(&cfg.policy);
+    let broker = cfg.broker.clone();
     std::thread::spawn(move || {
         let mut last: Option<Vec<Rule>> = None;
         // One connection for the life of the watcher, opened after its first wait: a short
@@ -252,13 +258,15 @@ pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
             source: None,
             decision: None,
         };
+        let mut secrets = SecretsWatch::default();
         loop {
             std::thread::sleep(Duration::from_millis(500));
+            secrets.refresh(&broker);
             let store = match &mut store {
                 Some(store) => store,
                 empty => match open_store() {
                     Ok(opened) => empty.insert(opened),
-                    Err(_) => return,
+                    Err(_) => continue,
                 },
             };
             let Ok(rules) = store.rules(&filter) else {
@@ -272,6 +280,36 @@ pub fn watch_rules(sandbox: String, view: Arc<PolicyView>) {
     });
 }
 
+/// Which version of the secrets file is there: device, inode, change time and size
+/// (`secret set` and `rm` rename a new file over it); `None` when there is none.
+type FileVersion = Option<(u64, u64, i64, i64, u64)>;
+
+/// The secrets file as last read; `None` before the first look.
+#[derive(Default)]
+struct SecretsWatch {
+    seen: Option<FileVersion>,
+}
+
+impl SecretsWatch {
+    /// Reads the secrets again when the file changed, and puts them in force. A file that
+    /// cannot be read keeps the secrets in force, and says so once.
+    fn refresh(&mut self, broker: &Broker) {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(store) = secrets() else { return };
+        let version = std::fs::metadata(store.path())
+            .ok()
+            .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec(), m.size()));
+        if self.seen == Some(version) {
+            return;
+        }
+        self.seen = Some(version);
+        match store.all() {
+            Ok(all) => broker.replace_secrets(all),
+            Err(e) => say!("capgate: WARNING: the secrets in force are kept: {e}"),
+        }
+    }
+}
+
 pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
     let rules = rules_for(&open_store()?, &args.sandbox)?;
     let cfg = config(
@@ -281,8 +319,7 @@ pub fn run_gateway(args: &GatewayArgs) -> Result<u8> {
         args.dangerously_resolve.clone(),
         args.phase,
     )?;
-    let view = Arc::clone(&cfg.policy);
-    watch_rules(args.sandbox.clone(), view);
+    watch_store(args.sandbox.clone(), &cfg);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

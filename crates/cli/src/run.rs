@@ -670,7 +670,7 @@ fn run_provisioned(
         .map(|ca| ca.cert_pem().to_owned())
         .unwrap_or_default();
     let audit = cfg.audit.clone();
-    gateway::watch_rules(name.to_owned(), Arc::clone(&cfg.policy));
+    gateway::watch_store(name.to_owned(), &cfg);
     let gw = Gateway::new(cfg);
 
     // The sandbox.

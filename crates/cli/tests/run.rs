@@ -120,6 +120,20 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Writes `yaml` as `DIR/kit.yaml`.
+    fn write_kit(&self, dir: &str, yaml: &str) {
+        std::fs::create_dir_all(self.path(dir)).unwrap();
+        std::fs::write(self.path(dir).join("kit.yaml"), yaml).unwrap();
+    }
+
+    /// `capgate secret set SERVICE` with `value` on stdin; it must succeed.
+    fn set_secret(&self, service: &str, value: &str) {
+        let o = self.capgate(&["secret", "set", service], Some(value));
+        assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    }
+}
+
 fn setup() -> Env {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("ws")).unwrap();
@@ -1382,6 +1396,95 @@ except e.HTTPError as err:
     }
 }
 
+/// The credential broker follows the user while the sandbox runs, and keeps to the port
+/// an inject domain names: curl sends the sentinel to `api.test:PORT` (the domain's port)
+/// and the upstream sees the real secret; the same to another port of that host is refused
+/// and that upstream sees nothing; once `capgate secret rm` runs on the host, the next
+/// request with the sentinel is refused and no later request carries the secret.
+#[test]
+fn the_broker_keeps_to_the_inject_port_and_follows_secret_rm() {
+    let env = setup();
+    let up_ca = CertificateAuthority::load_or_create(&env.path("upstream-ca")).unwrap();
+    let (api, api_seen) = https_upstream(&up_ca, "api.test");
+    let (other, other_seen) = https_upstream(&up_ca, "api.test");
+    env.write_kit(
+        "kit",
+        &format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {{runtime: {{allow: [api.test]}}}}\n  - type: com.docker.sandbox/credential@1\n    config: {{service: github, phase: runtime, apiKey: {{name: GH_TOKEN, inject: [{{domain: \"api.test:{api}\"}}]}}}}\n"
+        ),
+    );
+    env.set_secret("github", "ghp_live_secret\n");
+    // The loop asks until the gateway refuses (at most ~30 s); the test removes the secret
+    // once the upstream has seen it.
+    let script = format!(
+        r#"
+r() {{ curl -s --max-time 10 -H "Authorization: Bearer $GH_TOKEN" "$@"; }}
+echo "other_port=$(r https://api.test:{other}/other | grep -o 'reason: [a-z_]*')"
+i=0
+while [ $i -lt 300 ]; do
+  got=$(r https://api.test:{api}/loop)
+  case "$got" in ok*) ;; *) echo "after_rm=$(echo "$got" | grep -o 'reason: [a-z_]*')"; break ;; esac
+  sleep 0.1; i=$((i+1))
+done
+"#
+    );
+    std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
+    let upstream_ca = env.path("upstream-ca/ca.pem");
+    let run = Command::new(BIN)
+        .args([
+            "run",
+            "--kit",
+            env.path("kit").to_str().unwrap(),
+            "--upstream-ca",
+            upstream_ca.to_str().unwrap(),
+            "--dangerously-resolve",
+            "api.test=127.0.0.1",
+            "--",
+            "sh",
+            "probe.sh",
+        ])
+        .current_dir(env.path("ws"))
+        .env("CAPGATE_HOME", env.path("home"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let carried = |seen: &Seen, what: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|h| h.contains(what))
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while carried(&api_seen, "Bearer ghp_live_secret") == 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the upstream never saw the secret: {:?}",
+            api_seen.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = env.capgate(&["secret", "rm", "github"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let o = run.wait_with_output().unwrap();
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
+    expect("other_port", "reason: credential_exfiltration");
+    expect("after_rm", "reason: credential_exfiltration");
+    assert!(other_seen.lock().unwrap().is_empty(), "{other_seen:?}");
+    let heads = api_seen.lock().unwrap();
+    assert!(
+        heads
+            .iter()
+            .all(|h| h.contains("Bearer ghp_live_secret") && !h.contains("capgate-sentinel")),
+        "every request that reached the upstream carried the secret, none the sentinel: {heads:?}"
+    );
+}
+
 /// A pack's egress triples in a real sandbox: curl and python reach the host, port and
 /// protocol granted, and nothing else of them (cleartext to the https grant, a tunnel to the
 /// http one); a credential injected on an egress host reaches it there only.
@@ -1391,16 +1494,13 @@ fn egress_triples_hold_in_a_real_sandbox() {
     let up_ca = CertificateAuthority::load_or_create(&env.path("upstream-ca")).unwrap();
     let (plain, plain_seen) = http_upstream();
     let (api, api_seen) = https_upstream(&up_ca, "api.test");
-    std::fs::create_dir_all(env.path("pack")).unwrap();
-    std::fs::write(
-        env.path("pack/kit.yaml"),
-        format!(
+    env.write_kit(
+        "pack",
+        &format!(
             "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/egress@1\n    config: {{host: api.test, port: {api}, protocol: https}}\n  - type: dev.capgate/egress@1\n    config: {{host: plain.test, port: {plain}, protocol: http}}\n  - type: com.docker.sandbox/credential@1\n    config: {{service: api, phase: runtime, apiKey: {{name: API_TOKEN, proxyManaged: true, inject: [{{domain: api.test}}]}}}}\n"
         ),
-    )
-    .unwrap();
-    let o = env.capgate(&["secret", "set", "api"], Some("the-real-api-key\n"));
-    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    );
+    env.set_secret("api", "the-real-api-key\n");
     let script = format!(
         r#"
 c() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 "$@"; }}

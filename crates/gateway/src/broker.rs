@@ -3,6 +3,7 @@
 //! anywhere else is an exfiltration attempt and the request is refused.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use capgate_policy::Phase;
 use capgate_policy::pattern::normalize_host;
@@ -16,8 +17,11 @@ use crate::secrets::Secret;
 pub struct Injection {
     pub service: String,
     pub phase: Phase,
-    /// The inject domain, normalized, port stripped.
+    /// The inject domain's host, normalized.
     pub domain: String,
+    /// The inject domain's port (`api.example.com:8443`): the secret goes to that port
+    /// only. `None`: any port the rules let through.
+    pub port: Option<u16>,
     /// The header written (`Authorization` by default).
     pub header: String,
     /// The value format with one `%s` (`Bearer %s` by default); unused for basic.
@@ -59,7 +63,9 @@ pub struct Broker {
     injections: Vec<Injection>,
     /// sentinel → service
     sentinels: Vec<(String, String)>,
-    secrets: BTreeMap<String, Secret>,
+    /// The host-side secrets by service, replaced as a whole when the user sets or
+    /// removes one while the sandbox runs ([`Broker::replace_secrets`]).
+    secrets: Arc<RwLock<Arc<BTreeMap<String, Secret>>>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -70,7 +76,7 @@ impl std::fmt::Debug for Broker {
                 "services_with_sentinels",
                 &self.sentinels.iter().map(|(_, s)| s).collect::<Vec<_>>(),
             )
-            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("secrets", &self.secrets().keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -88,8 +94,8 @@ impl Broker {
             let Some(api) = &c.api_key else { continue };
             for phase in &c.phases {
                 for rule in &api.inject {
-                    let domain = rule.domain.split(':').next().unwrap_or_default();
-                    let Ok(domain) = normalize_host(domain) else {
+                    // A domain whose host or port cannot be read gets nothing (fail closed).
+                    let Some((domain, port)) = inject_destination(&rule.domain) else {
                         continue;
                     };
                     let basic = rule.is_basic();
@@ -97,6 +103,7 @@ impl Broker {
                         service: c.service.clone(),
                         phase: *phase,
                         domain,
+                        port,
                         header: rule.header_or_default().to_owned(),
                         format: rule.format_or_default().to_owned(),
                         basic_username: basic.then(|| rule.username.clone().unwrap_or_default()),
@@ -110,24 +117,43 @@ impl Broker {
                 .iter()
                 .map(|(service, sentinel)| (sentinel.clone(), service.clone()))
                 .collect(),
-            secrets,
+            secrets: Arc::new(RwLock::new(Arc::new(secrets))),
         }
     }
 
-    /// The injections that apply to `host` (normalized) in `phase`.
-    fn injections_for<'a>(
-        &'a self,
-        host: &'a str,
-        phase: Phase,
-    ) -> impl Iterator<Item = &'a Injection> {
-        self.injections
-            .iter()
-            .filter(move |i| i.phase == phase && i.domain == host)
+    /// The secrets in force now.
+    fn secrets(&self) -> Arc<BTreeMap<String, Secret>> {
+        match self.secrets.read() {
+            Ok(s) => Arc::clone(&s),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
     }
 
-    /// Whether requests to `host` must be seen (TLS intercepted) so a secret can be added.
-    pub fn intercepts(&self, host: &str, phase: Phase) -> bool {
-        self.injections_for(host, phase).next().is_some()
+    /// Puts `secrets` in force for every later request (`capgate secret set` or `rm`
+    /// while the sandbox runs): a removed secret is no longer added anywhere.
+    pub fn replace_secrets(&self, secrets: BTreeMap<String, Secret>) {
+        let secrets = Arc::new(secrets);
+        match self.secrets.write() {
+            Ok(mut s) => *s = secrets,
+            Err(poisoned) => *poisoned.into_inner() = secrets,
+        }
+    }
+
+    /// The injections that apply to `host` (normalized) on `port` in `phase`.
+    fn injections_for<'a>(
+        &'a self,
+        (host, port): (&'a str, u16),
+        phase: Phase,
+    ) -> impl Iterator<Item = &'a Injection> {
+        self.injections.iter().filter(move |i| {
+            i.phase == phase && i.domain == host && i.port.is_none_or(|p| p == port)
+        })
+    }
+
+    /// Whether requests to `host` on `port` must be seen (TLS intercepted) so a secret
+    /// can be added.
+    pub fn intercepts(&self, dest: (&str, u16), phase: Phase) -> bool {
+        self.injections_for(dest, phase).next().is_some()
     }
 
     /// Whether any sentinel exists (so cleartext requests are worth scanning).
@@ -144,7 +170,7 @@ impl Broker {
             .map(|(_, service)| service.as_str())
     }
 
-    /// Judges and rewrites one request to `host` (normalized, port stripped) in `phase`:
+    /// Judges and rewrites one request to `dest` (host normalized, and port) in `phase`:
     /// refuses a sentinel of a credential that is not injected here; then, on a TLS upstream
     /// only (a secret never travels in clear), writes each applicable credential's header.
     /// Returns the services injected.
@@ -154,21 +180,22 @@ impl Broker {
     /// header value except the header its credential is injected into here.
     pub fn apply(
         &self,
-        host: &str,
+        dest: (&str, u16),
         phase: Phase,
         method: &str,
         target: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
     ) -> Result<Vec<String>, Exfiltration> {
-        let injected_here = self.injected_here(host, phase, tls_upstream);
+        let secrets = self.secrets();
+        let injected_here = self.injected_here(&secrets, dest, phase, tls_upstream);
         self.scan(&injected_here, method, target, headers)?;
         // TRACE (and TRACK, its IIS spelling) is answered with the request as the server
         // received it: the real secret would come back to the workload.
         if (method == "TRACE" || method == "TRACK")
             && let Some(inj) = injected_here
                 .iter()
-                .find(|i| self.secrets.contains_key(&i.service))
+                .find(|i| secrets.contains_key(&i.service))
         {
             return Err(Exfiltration {
                 service: inj.service.clone(),
@@ -178,7 +205,7 @@ impl Broker {
         }
         let mut done = Vec::new();
         for inj in injected_here {
-            let Some(secret) = self.secrets.get(&inj.service) else {
+            let Some(secret) = secrets.get(&inj.service) else {
                 continue;
             };
             let value = match &inj.basic_username {
@@ -199,28 +226,29 @@ impl Broker {
     /// refused it): whether it carries a sentinel where its credential is not injected.
     pub fn check(
         &self,
-        host: &str,
+        dest: (&str, u16),
         phase: Phase,
         method: &str,
         target: &str,
         headers: &[Header],
         tls_upstream: bool,
     ) -> Result<(), Exfiltration> {
-        let injected_here = self.injected_here(host, phase, tls_upstream);
+        let injected_here = self.injected_here(&self.secrets(), dest, phase, tls_upstream);
         self.scan(&injected_here, method, target, headers)
     }
 
-    /// The credentials whose secret goes into requests to `host` in `phase` (none over
-    /// cleartext: a secret never travels in clear).
+    /// The credentials whose secret (one of `secrets`) goes into requests to `dest` in
+    /// `phase` (none over cleartext: a secret never travels in clear).
     fn injected_here<'a>(
         &'a self,
-        host: &'a str,
+        secrets: &BTreeMap<String, Secret>,
+        dest: (&'a str, u16),
         phase: Phase,
         tls_upstream: bool,
     ) -> Vec<&'a Injection> {
         if tls_upstream {
-            self.injections_for(host, phase)
-                .filter(|i| self.secrets.contains_key(&i.service))
+            self.injections_for(dest, phase)
+                .filter(|i| secrets.contains_key(&i.service))
                 .collect()
         } else {
             Vec::new()
@@ -280,6 +308,23 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// An inject domain's host (normalized) and port, if it names one: `api.example.com`,
+/// `api.example.com:8443`. `None` when either cannot be read (an IP literal in brackets,
+/// `host:`, `host:https`, port 0).
+fn inject_destination(domain: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = match domain.split_once(':') {
+        Some((host, port)) => {
+            let valid = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+            (
+                host,
+                Some(port.parse::<u16>().ok().filter(|p| valid && *p != 0)?),
+            )
+        }
+        None => (domain, None),
+    };
+    Some((normalize_host(host).ok()?, port))
 }
 
 /// Whether `needle` occurs in `haystack`, ASCII letters compared without case.
@@ -375,6 +420,15 @@ mod tests {
         Broker::new(&[gh, basic], &sentinels, secrets)
     }
 
+    /// A runtime `GET /` over TLS to `dest`.
+    fn get(
+        b: &Broker,
+        dest: (&str, u16),
+        h: &mut Vec<Header>,
+    ) -> Result<Vec<String>, Exfiltration> {
+        b.apply(dest, Phase::Runtime, "GET", "/", h, true)
+    }
+
     fn auth(headers: &[Header]) -> Option<String> {
         headers
             .iter()
@@ -387,9 +441,16 @@ mod tests {
         let b = broker();
         let refused = |method: &str, target: &str, headers: Vec<Header>| {
             let mut h = headers;
-            b.apply("evil.example", Phase::Runtime, method, target, &mut h, true)
-                .err()
-                .map(|e| e.place)
+            b.apply(
+                ("evil.example", 443),
+                Phase::Runtime,
+                method,
+                target,
+                &mut h,
+                true,
+            )
+            .err()
+            .map(|e| e.place)
         };
         // Each disguise next to its harmless twin.
         for (what, method, target, headers) in [
@@ -431,12 +492,12 @@ mod tests {
     #[test]
     fn sentinel_is_swapped_on_the_inject_domain() {
         let b = broker();
-        assert!(b.intercepts("api.github.com", Phase::Runtime));
-        assert!(!b.intercepts("api.github.com", Phase::Install));
+        assert!(b.intercepts(("api.github.com", 443), Phase::Runtime));
+        assert!(!b.intercepts(("api.github.com", 443), Phase::Install));
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert_eq!(
             b.apply(
-                "api.github.com",
+                ("api.github.com", 443),
                 Phase::Runtime,
                 "GET",
                 "/user",
@@ -448,20 +509,70 @@ mod tests {
         );
         assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
         let mut h = vec![];
-        b.apply(
-            "uploads.github.com",
-            Phase::Runtime,
-            "GET",
-            "/",
-            &mut h,
-            true,
-        )
-        .unwrap();
+        get(&b, ("uploads.github.com", 443), &mut h).unwrap();
         assert_eq!(
             auth(&h).as_deref(),
             Some("Bearer ghp_real"),
             "inject-only: the header is added"
         );
+    }
+
+    /// `domain: host:port` sends the secret to that port only; a bare host, to any port
+    /// the rules let through. A domain whose port cannot be read sends it nowhere.
+    #[test]
+    fn an_inject_domain_with_a_port_gets_the_secret_on_that_port_only() {
+        let b = broker();
+        assert!(b.intercepts(("uploads.github.com", 443), Phase::Runtime));
+        assert!(!b.intercepts(("uploads.github.com", 8443), Phase::Runtime));
+        assert!(b.intercepts(("api.github.com", 8443), Phase::Runtime));
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        let e = get(&b, ("uploads.github.com", 8443), &mut h).unwrap_err();
+        assert_eq!(e.service, "github");
+        assert_eq!(auth(&h).as_deref(), Some("Bearer SENTINEL-GH"));
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        get(&b, ("uploads.github.com", 443), &mut h).unwrap();
+        assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
+
+        for (domain, read) in [
+            ("api.example.com", Some(("api.example.com", None))),
+            (
+                "API.Example.com:8443",
+                Some(("api.example.com", Some(8443))),
+            ),
+            ("api.example.com:0", None),
+            ("api.example.com:", None),
+            ("api.example.com:https", None),
+            ("api.example.com:+443", None),
+            ("api.example.com:65536", None),
+            ("api.example.com:443:1", None),
+            ("[2001:db8::1]:443", None),
+        ] {
+            let got = inject_destination(domain);
+            let got = got.as_ref().map(|(h, p)| (h.as_str(), *p));
+            assert_eq!(got, read, "{domain}");
+        }
+    }
+
+    /// `capgate secret rm` (or `set`) while the sandbox runs is in force for the next
+    /// request: a removed secret is added nowhere and its sentinel is refused again.
+    #[test]
+    fn replaced_secrets_are_in_force_for_the_next_request() {
+        let b = broker();
+        let shared = b.clone();
+        let injected = |h: &mut Vec<Header>| get(&b, ("api.github.com", 443), h);
+        shared.replace_secrets(BTreeMap::new());
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        assert!(
+            injected(&mut h).is_err(),
+            "no secret: the sentinel stays a leak"
+        );
+        let mut h = vec![];
+        assert!(injected(&mut h).unwrap().is_empty());
+        assert_eq!(auth(&h), None);
+        shared.replace_secrets([("github".to_owned(), Secret::new("ghp_rotated".into()))].into());
+        let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
+        assert_eq!(injected(&mut h).unwrap(), vec!["github"]);
+        assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_rotated"));
     }
 
     /// A method the server answers with the request itself never carries the real secret
@@ -471,13 +582,19 @@ mod tests {
         let b = broker();
         for method in ["TRACE", "TRACK"] {
             let mut h = vec![];
-            let refused = b.apply("api.github.com", Phase::Runtime, method, "/", &mut h, true);
+            let refused = b.apply(
+                ("api.github.com", 443),
+                Phase::Runtime,
+                method,
+                "/",
+                &mut h,
+                true,
+            );
             assert!(refused.is_err_and(|e| e.echo), "{method}");
             assert_eq!(auth(&h), None, "{method}");
         }
         let mut h = vec![];
-        b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, true)
-            .unwrap();
+        get(&b, ("api.github.com", 443), &mut h).unwrap();
         assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
     }
 
@@ -485,21 +602,18 @@ mod tests {
     fn sentinel_elsewhere_is_exfiltration() {
         let b = broker();
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
-        let e = b
-            .apply("evil.example", Phase::Runtime, "GET", "/", &mut h, true)
-            .unwrap_err();
+        let e = get(&b, ("evil.example", 443), &mut h).unwrap_err();
         assert_eq!(e.service, "github");
         assert!(e.message("evil.example").contains("not injected"));
         let mut h = vec![Header::new("X-Leak", "SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, true)
-                .is_err(),
+            get(&b, ("api.github.com", 443), &mut h).is_err(),
             "only the injected header may carry it"
         );
         let mut h = vec![];
         assert!(
             b.apply(
-                "evil.example",
+                ("evil.example", 443),
                 Phase::Runtime,
                 "GET",
                 "/?t=SENTINEL-GH",
@@ -511,8 +625,15 @@ mod tests {
         // In the wrong phase the inject domain is just another host.
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Install, "GET", "/", &mut h, true)
-                .is_err()
+            b.apply(
+                ("api.github.com", 443),
+                Phase::Install,
+                "GET",
+                "/",
+                &mut h,
+                true
+            )
+            .is_err()
         );
     }
 
@@ -521,19 +642,40 @@ mod tests {
         let b = broker();
         let mut h = vec![Header::new("Authorization", "Bearer SENTINEL-GH")];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, false)
-                .is_err(),
+            b.apply(
+                ("api.github.com", 443),
+                Phase::Runtime,
+                "GET",
+                "/",
+                &mut h,
+                false
+            )
+            .is_err(),
             "never swapped over cleartext"
         );
         let mut h = vec![];
         assert!(
-            b.apply("api.github.com", Phase::Runtime, "GET", "/", &mut h, false)
-                .unwrap()
-                .is_empty()
+            b.apply(
+                ("api.github.com", 443),
+                Phase::Runtime,
+                "GET",
+                "/",
+                &mut h,
+                false
+            )
+            .unwrap()
+            .is_empty()
         );
         let mut h = vec![];
-        b.apply("git.example.com", Phase::Install, "GET", "/", &mut h, true)
-            .unwrap();
+        b.apply(
+            ("git.example.com", 443),
+            Phase::Install,
+            "GET",
+            "/",
+            &mut h,
+            true,
+        )
+        .unwrap();
         assert_eq!(auth(&h).as_deref(), Some("Basic YWdlbnQ6cHc="));
         assert!(!format!("{b:?}").contains("ghp_real"));
     }

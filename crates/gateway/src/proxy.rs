@@ -501,7 +501,7 @@ impl Gateway {
             }
             if self.cfg().broker.has_sentinels()
                 && let Err(exfil) = self.cfg().broker.check(
-                    host,
+                    (host, port),
                     phase,
                     method,
                     path_and_query,
@@ -516,11 +516,14 @@ impl Gateway {
         if let Some(refused) = self.sentinel_in_host(host) {
             return refused;
         }
-        match self
-            .cfg()
-            .broker
-            .apply(host, phase, method, path_and_query, headers, tls_upstream)
-        {
+        match self.cfg().broker.apply(
+            (host, port),
+            phase,
+            method,
+            path_and_query,
+            headers,
+            tls_upstream,
+        ) {
             Ok(_) => verdict,
             Err(exfil) => exfiltration(exfil.message(host)),
         }
@@ -907,7 +910,7 @@ impl Gateway {
         let read_only = self.cfg().read_only && phase == Phase::Runtime;
         let intercept = verdict.inspect
             || read_only
-            || broker.intercepts(&host, phase)
+            || broker.intercepts((&host, port), phase)
             || broker.has_sentinels();
         if intercept && self.cfg().ca.is_none() {
             let v = Verdict::refused(
