@@ -464,11 +464,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // of the same name would re-provision its rules, and write its upper directory while
     // copy-back reads it.
     let dir = SandboxDir::of(&name)?;
-    let _lock = match dir.lock()? {
+    let lock = match dir.lock()? {
         Some(lock) => lock,
         None => {
             say!(
-                "capgate: the sandbox could not start: a sandbox named `{name}` is in use by another `capgate run`"
+                "capgate: the sandbox could not start: a sandbox named `{name}` is in use by another `capgate run` or `capgate create`"
             );
             return Ok(125);
         }
@@ -476,6 +476,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // Made by this run (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
+    if ephemeral && let Err(e) = dir.mark_ephemeral() {
+        let _ = dir.remove();
+        return Err(e);
+    }
     let create = CreateArgs {
         name: name.clone(),
         kits,
@@ -506,6 +510,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             say!("capgate: WARNING: this run's state is left on disk: {e:#}");
         }
     }
+    drop(lock);
+    // What runs killed before their cleanup left, after this one's work (not on its start).
+    crate::state::reclaim_abandoned_runs(&mut store);
     // An interrupted run ends as interrupted programs do, whatever the workload said.
     outcome.map(|code| interrupt.signalled().unwrap_or(code))
 }

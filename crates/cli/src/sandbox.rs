@@ -209,9 +209,28 @@ struct Created<'a> {
 
 pub fn create(args: &CreateArgs) -> Result<u8> {
     let mut store = open_store()?;
-    let plan = match provision(args, &mut store, false)?.map(|p| p.plan) {
-        Ok(p) => p,
-        Err(code) => return Ok(code),
+    // Not while a run of the name holds its lock (it would re-provision the rules under
+    // the running gateway), nor beside an `rm` of it.
+    let dir = SandboxDir::of(&args.name)?;
+    let Some(_lock) = dir.lock()? else {
+        say!(
+            "capgate: the sandbox `{}` is in use by a `capgate run` or `capgate rm`; try again when it ends",
+            args.name
+        );
+        return Ok(exit::REFUSED);
+    };
+    // Made by this call (under its lock): nothing in the directory but the lock.
+    let fresh = std::fs::read_dir(&dir.dir)
+        .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
+    let plan = match provision(args, &mut store, false).map(|p| p.map(|p| p.plan)) {
+        Ok(Ok(p)) => p,
+        refused => {
+            // A refused or failed create of a new name leaves nothing behind.
+            if fresh {
+                let _ = dir.remove();
+            }
+            return refused.map(|r| r.err().unwrap_or(exit::INVALID));
+        }
     };
     let rules = kit_rules(&args.name, &plan).len();
     if args.json {
@@ -233,7 +252,9 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
 }
 
 pub fn ls(args: &LsArgs) -> Result<u8> {
-    let store = open_store()?;
+    let mut store = open_store()?;
+    // A killed run's sandbox is not one to list.
+    crate::state::reclaim_abandoned_runs(&mut store);
     let sandboxes = store.sandboxes()?;
     if args.json {
         println!(
@@ -267,7 +288,7 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         let dir = SandboxDir::of(&args.name)?;
         let Some(_lock) = dir.lock()? else {
             say!(
-                "capgate: the sandbox `{}` is in use by a `capgate run`; stop it first",
+                "capgate: the sandbox `{}` is in use by a `capgate run` (stop it first) or `capgate create`",
                 args.name
             );
             return Ok(exit::REFUSED);

@@ -108,6 +108,25 @@ impl SandboxDir {
         }
     }
 
+    /// Marks the directory as made for one `capgate run` without `--name`, under its lock:
+    /// if that run is killed before it removes its state, a later run or `capgate ls`
+    /// reclaims it ([`reclaim_abandoned_runs`]).
+    pub fn mark_ephemeral(&self) -> Result<()> {
+        let path = self.dir.join(EPHEMERAL_MARKER);
+        write_file(&path, b"", 0o600, false)
+            .with_context(|| format!("cannot write `{}`", path.display()))
+    }
+
+    /// The lock of a directory that exists, without creating either; `None` when either is
+    /// missing or another process holds the lock.
+    fn lock_existing(&self) -> Option<fs::File> {
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(self.dir.join("lock"))
+            .ok()?;
+        file.try_lock().ok().map(|()| file)
+    }
+
     fn composition_path(&self) -> PathBuf {
         self.dir.join("composition.json")
     }
@@ -184,6 +203,52 @@ impl SandboxDir {
             Err(e) => Err(e).with_context(|| format!("cannot remove `{}`", self.dir.display())),
         }
     }
+}
+
+/// The file that marks an ephemeral run's sandbox directory.
+const EPHEMERAL_MARKER: &str = "ephemeral";
+
+/// Removes the state of `capgate run`s (without `--name`) that ended before they could
+/// remove it themselves (SIGKILL, a power cut): a marked directory whose lock no process
+/// holds, and its store record. The run removes its directory while holding the lock, so a
+/// directory whose marker is still there once the lock is taken was abandoned. Returns the
+/// names reclaimed; what cannot be removed is left for the next time, and said.
+pub fn reclaim_abandoned_runs(store: &mut Store) -> Vec<String> {
+    let Ok(root) = data_dir().map(|d| d.join("sandboxes")) else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut reclaimed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(dir) = SandboxDir::of(&name) else {
+            continue;
+        };
+        if !dir.dir.join(EPHEMERAL_MARKER).exists() {
+            continue;
+        }
+        let Some(_lock) = dir.lock_existing() else {
+            continue;
+        };
+        // Taken after the run removed its directory (the file was unlinked under it).
+        if !dir.dir.join(EPHEMERAL_MARKER).exists() {
+            continue;
+        }
+        match store.remove_sandbox(&name) {
+            Ok(_) | Err(capgate_policy::store::StoreError::NoSuchSandbox { .. }) => {}
+            Err(e) => {
+                say!("capgate: WARNING: the abandoned run `{name}` is left: {e}");
+                continue;
+            }
+        }
+        match dir.remove() {
+            Ok(()) => reclaimed.push(name),
+            Err(e) => say!("capgate: WARNING: the abandoned run `{name}` is left: {e:#}"),
+        }
+    }
+    reclaimed
 }
 
 /// A kit file's bytes, at most one more than the descriptor reader takes (so it can say

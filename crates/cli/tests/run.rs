@@ -1214,6 +1214,113 @@ fn a_terminated_run_still_cleans_up() {
     }
 }
 
+/// A run killed outright (SIGKILL: no handler runs) leaves its state behind; the next
+/// `capgate ls` or run reclaims it. Twins: a run still going is listed and kept, a named
+/// sandbox (even one named like a run) is never reclaimed, and `create` of a name a run
+/// holds is refused.
+#[test]
+fn what_a_killed_run_leaves_is_reclaimed_and_nothing_else() {
+    let env = setup();
+    let ws = env.path("ws").display().to_string();
+    let sandboxes = env.path("home/sandboxes");
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(&sandboxes)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        n.sort();
+        n
+    };
+    let listed = || {
+        let o = env.capgate(&["ls", "--json"], None);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mut n: Vec<String> = v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    // Starts a run and waits for its workload; the run's own name, the child.
+    let start = |extra: &[&str]| {
+        let mut child = Command::new(BIN)
+            .arg("run")
+            .args(extra)
+            .args([
+                "--workspace",
+                &ws,
+                "--",
+                "sh",
+                "-c",
+                "echo started; sleep 30",
+            ])
+            .env("CAPGATE_HOME", env.path("home"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        assert_eq!(first, "started\n");
+        child
+    };
+    let kill = |mut child: std::process::Child| {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+
+    // Named like a run, but named: kept after a kill, as any named sandbox is.
+    let named = start(&["--name", "run-abcdef"]);
+    let running = start(&[]);
+    let all = names();
+    assert_eq!(all.len(), 2, "{all:?}");
+    let ephemeral = all.iter().find(|n| *n != "run-abcdef").unwrap().clone();
+    // Held by its run: listed, not reclaimed; a create of its name is refused.
+    assert_eq!(listed(), all);
+    let kit = env.path("kit");
+    std::fs::create_dir_all(&kit).unwrap();
+    std::fs::write(
+        kit.join("kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities: []\n",
+    )
+    .unwrap();
+    let o = env.capgate(
+        &["create", &ephemeral, "--kit", kit.to_str().unwrap()],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("in use by a `capgate run`"), "{stderr}");
+
+    kill(named);
+    kill(running);
+    // Both are left by the kill (nothing of capgate ran after it) ...
+    assert_eq!(names(), all);
+    // ... and `ls` reclaims the ephemeral one only.
+    assert_eq!(listed(), ["run-abcdef"]);
+    assert_eq!(names(), ["run-abcdef"]);
+
+    // A run reclaims too, after its own work.
+    let killed = start(&[]);
+    let left: Vec<String> = names().into_iter().filter(|n| n != "run-abcdef").collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    kill(killed);
+    let o = env.capgate(&["run", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert_eq!(names(), ["run-abcdef"]);
+    let o = env.capgate(&["ls"], None);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains(&left[0]),
+        "{o:?}"
+    );
+}
+
 /// A workload that fills the disk holding the data directory (its copy-mode writes land
 /// there, and are freed with its state at the end) must not hide a refusal:
 /// the lost audit log is said, and `--fail-on-violation` still exits 3; the twin on a disk
