@@ -277,8 +277,8 @@ pub struct LintArgs {
     /// Descriptor files or kit directories.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
-    /// Fail on what a careful reviewer would refuse: wildcard hosts and determinism tier
-    /// mismatches become errors.
+    /// Fail on what a careful reviewer would refuse: wildcard hosts, hosts beyond ASCII,
+    /// launchers in exec lists and determinism tier mismatches become errors.
     #[arg(long)]
     strict: bool,
     /// Print a JSON report instead of text.

@@ -295,3 +295,46 @@ fn a_host_in_another_script_is_named_with_its_dns_form() {
         "{said}"
     );
 }
+
+/// An exec list through which any program runs is named (a warning, an error under
+/// `--strict`), one the run would refuse is an error; its twin, the pack's own
+/// interpreter, passes even under `--strict`.
+#[test]
+fn exec_lists_that_bound_nothing_are_named_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "schemaVersion: \"3\"
+kind: workload
+capabilities:
+  - type: dev.capgate/exec@1
+    config:
+      allow: [/usr/bin/python3, /bin/bash, /home/agent/bin/tool]
+";
+    let file = pack(dir.path(), text);
+    let out = capgate(&["lint", &file]);
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "{file}:6:33: warning[exec-launcher]: capabilities[0].config.allow[1]: `/bin/bash` starts any program"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "{file}:6:44: error[exec-in-writable-place]: capabilities[0].config.allow[2]:"
+        )),
+        "{said}"
+    );
+    let out = capgate(&["lint", "--strict", &file]);
+    assert!(
+        stdout(&out).ends_with("2 errors · 0 warnings\n"),
+        "{}",
+        stdout(&out)
+    );
+    let file = pack(
+        dir.path(),
+        &text.replace(", /bin/bash, /home/agent/bin/tool", ""),
+    );
+    let out = capgate(&["lint", "--strict", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}

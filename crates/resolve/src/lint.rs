@@ -48,14 +48,23 @@ pub enum Check {
     /// An allowed host written with letters beyond ASCII: a name in another script can
     /// pass for a familiar one (`api.gіthub.com`, a Cyrillic `і`).
     NonAsciiHost,
+    /// A program (`dev.capgate/exec@1`) beneath a place the workload can write: the run is
+    /// refused, as the workload could replace it.
+    ExecInWritablePlace,
+    /// An exec list entry that starts any program (a shell, `env`, the dynamic loader, a
+    /// directory of system programs): the list then bounds nothing (seed 002: only the
+    /// pack's own interpreter, no subprocess).
+    ExecLauncher,
 }
 
 impl Check {
-    pub const ALL: [Check; 10] = [
+    pub const ALL: [Check; 12] = [
         Check::InvalidHost,
         Check::UnwritablePlace,
         Check::InvalidReadPath,
+        Check::ExecInWritablePlace,
         Check::ContentFile,
+        Check::ExecLauncher,
         Check::WildcardHost,
         Check::NonAsciiHost,
         Check::AddressHost,
@@ -76,6 +85,8 @@ impl Check {
             Check::InvalidReadPath => "invalid-read-path",
             Check::ContentFile => "content-file",
             Check::NonAsciiHost => "non-ascii-host",
+            Check::ExecInWritablePlace => "exec-in-writable-place",
+            Check::ExecLauncher => "exec-launcher",
         }
     }
 
@@ -84,7 +95,7 @@ impl Check {
     pub fn strict_refuses(self) -> bool {
         matches!(
             self,
-            Check::WildcardHost | Check::TierMismatch | Check::NonAsciiHost
+            Check::WildcardHost | Check::TierMismatch | Check::NonAsciiHost | Check::ExecLauncher
         )
     }
 }
@@ -197,6 +208,7 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
         unused_install_grants(&entries, &grants, &mut out);
     }
     unwritable_places(&entries, &mut out);
+    exec_lists(&entries, &mut out);
     content_files(&entries, options, &mut out);
     out.list
         .sort_by(|a, b| (a.pos, &a.path).cmp(&(b.pos, &b.path)));
@@ -521,32 +533,37 @@ fn content_files(entries: &[(String, &Entry)], options: &Options<'_>, out: &mut 
     }
 }
 
-fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
-    let volumes: Vec<&str> = entries
+/// The paths of the kit's volumes (all writable).
+fn volume_paths<'e>(entries: &[(String, &'e Entry)]) -> Vec<&'e str> {
+    entries
         .iter()
         .filter_map(|(_, e)| match &e.capability {
             Some(Capability::Volume(v)) => Some(v.path.as_str()),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// The nodes of the list at `config.KEY` as written, for their positions.
+fn config_list<'e>(entry: &'e Entry, key: &str) -> &'e [Node] {
+    entry
+        .config
+        .as_ref()
+        .and_then(|c| c.get(key))
+        .and_then(Node::as_seq)
+        .unwrap_or_default()
+}
+
+fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
+    let volumes = volume_paths(entries);
     for (at, entry) in entries {
         let Some(Capability::Filesystem(f)) = &entry.capability else {
             continue;
         };
-        let items = entry
-            .config
-            .as_ref()
-            .and_then(|c| c.get("write"))
-            .and_then(Node::as_seq)
-            .unwrap_or_default();
+        let items = config_list(entry, "write");
         const WORKSPACE: &str = "/home/agent/workspace";
         if let Some(read) = &f.read {
-            let listed = entry
-                .config
-                .as_ref()
-                .and_then(|c| c.get("read"))
-                .and_then(Node::as_seq)
-                .unwrap_or_default();
+            let listed = config_list(entry, "read");
             for (i, path) in read.iter().enumerate() {
                 let p = std::path::Path::new(path);
                 if p.starts_with(WORKSPACE) && p != std::path::Path::new(WORKSPACE) {
@@ -589,6 +606,101 @@ fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
                     "`{place}` is beneath no writable place of the sandbox (the workspace, /home/agent, /tmp, /dev/shm) nor a volume of this kit; the run is refused unless another kit mounts a volume there"
                 ),
             );
+        }
+    }
+}
+
+/// Programs that exist to start other programs: shells and launchers. Listed in an exec
+/// list, any program of the system may run through them.
+const LAUNCHERS: &[&str] = &[
+    "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env",
+    "xargs", "nohup", "nice", "ionice", "timeout", "setsid", "stdbuf", "chrt", "taskset",
+    "unshare", "nsenter", "chroot", "sudo", "su", "doas", "runuser", "setpriv", "prlimit", "flock",
+    "script", "strace", "ltrace", "gdb",
+];
+
+/// Directories of system programs (and of the dynamic loader).
+const PROGRAM_DIRS: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/libexec",
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+];
+
+/// What makes an exec list entry start any program, if anything.
+fn launcher(entry: &str) -> Option<String> {
+    let path = std::path::Path::new(entry);
+    if let Some(dir) = PROGRAM_DIRS
+        .iter()
+        .find(|d| std::path::Path::new(d).starts_with(path))
+    {
+        return Some(format!(
+            "`{entry}` holds every program of `{dir}`, shells and the dynamic loader among them"
+        ));
+    }
+    let name = path.file_name()?.to_str()?;
+    // A multiarch library directory (`/usr/lib/x86_64-linux-gnu`) holds the loader.
+    let in_lib = ["/lib", "/usr/lib"]
+        .iter()
+        .any(|l| path.parent() == Some(std::path::Path::new(l)));
+    if in_lib && name.ends_with("-linux-gnu") {
+        return Some(format!("`{entry}` holds the dynamic loader"));
+    }
+    if name == "ld.so" || (name.starts_with("ld-") && name.contains(".so")) {
+        return Some(format!(
+            "`{entry}` is the dynamic loader, which runs any program it is given (`{entry} /bin/sh`)"
+        ));
+    }
+    LAUNCHERS
+        .contains(&name)
+        .then(|| format!("`{entry}` starts any program it is given"))
+}
+
+/// `dev.capgate/exec@1` lists: a program the workload could replace (the run is refused),
+/// and entries through which any program runs.
+fn exec_lists(entries: &[(String, &Entry)], out: &mut Findings) {
+    let volumes = volume_paths(entries);
+    for (at, entry) in entries {
+        let Some(Capability::Exec(exec)) = &entry.capability else {
+            continue;
+        };
+        let items = config_list(entry, "allow");
+        for (i, program) in exec.allow.iter().enumerate() {
+            let path = Path::from(at.as_str()).key("config").key("allow").index(i);
+            let pos = items.get(i).map_or(Pos::UNKNOWN, |n| n.pos);
+            let p = std::path::Path::new(program);
+            if let Some(place) = ["/home/agent", "/tmp", "/dev/shm"]
+                .into_iter()
+                .chain(volumes.iter().copied())
+                .find(|base| p.starts_with(base))
+            {
+                out.error(
+                    Check::ExecInWritablePlace,
+                    &path,
+                    pos,
+                    format!(
+                        "`{program}` is beneath `{place}`, which the workload can write (and an exec list keeps noexec): it could replace the program; the run is refused. List programs of the read-only system root"
+                    ),
+                );
+                continue;
+            }
+            if let Some(why) = launcher(program) {
+                out.warn(
+                    Check::ExecLauncher,
+                    &path,
+                    pos,
+                    format!(
+                        "{why}, so the exec list bounds nothing; list the pack's own interpreter and programs"
+                    ),
+                );
+            }
         }
     }
 }
@@ -943,6 +1055,41 @@ mod tests {
         );
         // Its twin: read paths in the workspace, a write place within it.
         let ok = "  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent/workspace/out]\n      read: [/home/agent/workspace/inputs]\n";
+        assert_eq!(lint(&kit("workload", ok), &opts(true)), vec![]);
+    }
+
+    #[test]
+    fn exec_lists_that_bound_nothing_or_are_refused_are_named() {
+        let caps = "  - type: dev.capgate/exec@1\n    config:\n      allow:\n        - /usr/bin/python3\n        - /bin/sh\n        - /usr/bin/env\n        - /lib64/ld-linux-x86-64.so.2\n        - /usr/bin\n        - /usr/lib/x86_64-linux-gnu\n        - /home/agent/workspace/run.py\n        - /cache/tool\n        - /opt/pack/bin/tool\n        - /usr/lib/python3.11\n  - type: com.docker.sandbox/volume@1\n    config: {path: /cache}\n";
+        let found = lint(&kit("workload", caps), &opts(false));
+        let named: Vec<(&str, &str, Severity)> = found
+            .iter()
+            .map(|f| (f.check.code(), f.path.as_str(), f.severity))
+            .collect();
+        let at = |i: usize| format!("capabilities[0].config.allow[{i}]");
+        let expected: Vec<(&str, String, Severity)> = vec![
+            ("exec-launcher", at(1), Severity::Warning),
+            ("exec-launcher", at(2), Severity::Warning),
+            ("exec-launcher", at(3), Severity::Warning),
+            ("exec-launcher", at(4), Severity::Warning),
+            ("exec-launcher", at(5), Severity::Warning),
+            ("exec-in-writable-place", at(6), Severity::Error),
+            ("exec-in-writable-place", at(7), Severity::Error),
+        ];
+        let expected: Vec<(&str, &str, Severity)> = expected
+            .iter()
+            .map(|(c, p, s)| (*c, p.as_str(), *s))
+            .collect();
+        assert_eq!(named, expected);
+        assert_eq!(found[0].pos.line, 8, "{:?}", found[0]);
+        // Strict refuses a launcher.
+        let strict = lint(&kit("workload", caps), &opts(true));
+        assert!(
+            strict.iter().all(|f| f.severity == Severity::Error),
+            "{strict:?}"
+        );
+        // The twin: the pack's own interpreter and programs of the system root.
+        let ok = "  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3, /usr/bin/git, /opt/pack/bin]}\n";
         assert_eq!(lint(&kit("workload", ok), &opts(true)), vec![]);
     }
 }
