@@ -132,6 +132,32 @@ pub struct Provisioned {
     pub plan: Plan,
     pub base: PathBuf,
     pub lock: PathBuf,
+    /// Where each kit of the composition lies, workload first, as the sandbox's record
+    /// keeps them.
+    pub kits: Vec<String>,
+}
+
+/// The composition's kits as paths a reader can follow: the plan's references are
+/// relative to the lock's directory `base` (so that the lock can move with its kits),
+/// which alone say little (`.`).
+fn kit_locations(plan: &Plan, base: &Path) -> Vec<String> {
+    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    plan.order()
+        .into_iter()
+        .map(|reference| {
+            let mut path = PathBuf::new();
+            for c in base.join(reference).components() {
+                match c {
+                    std::path::Component::CurDir => {}
+                    std::path::Component::ParentDir => {
+                        path.pop();
+                    }
+                    other => path.push(other),
+                }
+            }
+            path.display().to_string()
+        })
+        .collect()
 }
 
 /// Resolves, gates against the lock, records the sandbox and provisions its kit rules, then
@@ -181,9 +207,10 @@ pub fn provision(
         return Ok(Err(code));
     }
     let lock_digest = capgate_resolve::digest_of(&std::fs::read(&lock_path)?);
+    let kits = kit_locations(&plan, &base);
     let record = SandboxRecord::new(
         args.name.clone(),
-        plan.order().iter().map(|s| (*s).to_owned()).collect(),
+        kits.clone(),
         SandboxGrants::LockDigest(lock_digest),
     );
     // The store first, which is where a refusal would come from: the composition (and
@@ -197,13 +224,14 @@ pub fn provision(
         plan,
         base,
         lock: lock_path,
+        kits,
     }))
 }
 
 #[derive(Serialize)]
 struct Created<'a> {
     name: &'a str,
-    kits: Vec<&'a str>,
+    kits: &'a [String],
     rules: usize,
 }
 
@@ -222,7 +250,7 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
     // Made by this call (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
-    let plan = match provision(args, &mut store, false).map(|p| p.map(|p| p.plan)) {
+    let provisioned = match provision(args, &mut store, false) {
         Ok(Ok(p)) => p,
         refused => {
             // A refused or failed create of a new name leaves nothing behind.
@@ -232,11 +260,11 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
             return refused.map(|r| r.err().unwrap_or(exit::INVALID));
         }
     };
-    let rules = kit_rules(&args.name, &plan).len();
+    let rules = kit_rules(&args.name, &provisioned.plan).len();
     if args.json {
         let body = Created {
             name: &args.name,
-            kits: plan.order(),
+            kits: &provisioned.kits,
             rules,
         };
         println!("{}", crate::json_text(&body)?);
@@ -244,7 +272,7 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
         println!(
             "created sandbox `{}` from {} ({} kit rules provisioned)",
             args.name,
-            plan.order().join(", "),
+            provisioned.kits.join(", "),
             rules
         );
     }

@@ -1111,3 +1111,32 @@ fn thousands_of_widenings_are_gated_fast_and_counted_in_the_prompt() {
         "{said}"
     );
 }
+
+/// The lock keeps references relative to itself, but `create` and `ls` name where each kit
+/// lies: `.` and `../tool` would say nothing to the reader.
+#[test]
+fn create_and_ls_name_the_kits_by_where_they_lie() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let out = capgate(
+        dir,
+        &["create", "box", "--kit", "base", "--kit", "tool", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let real = std::fs::canonicalize(dir).unwrap();
+    let expected = [
+        real.join("base").display().to_string(),
+        real.join("tool").display().to_string(),
+    ];
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["kits"], serde_json::json!(expected), "{created}");
+    let out = capgate(dir, &["ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        listed["sandboxes"][0]["kits"],
+        serde_json::json!(expected),
+        "{listed}"
+    );
+    let lock = std::fs::read_to_string(dir.join("base/capgate.lock")).unwrap();
+    assert!(lock.contains("\"reference\": \"../tool\""), "{lock}");
+}
