@@ -58,7 +58,7 @@ const MAX_SHOWN_LEN: usize = 200;
 pub struct BlockedRange {
     /// The range, with no host bits set.
     pub net: IpNet,
-    /// What the range is, completing "…, which is <why> (<net>)".
+    /// What the range is, completing "…, which is `<why>` (`<net>`)".
     pub why: &'static str,
     /// The line of `data/blocked-ranges.txt` it comes from (1-based).
     pub line: usize,

@@ -33,7 +33,7 @@ use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
 
 /// The grant phase the gateway enforces; the runner switches it from install to runtime
-/// before the workload starts. Long-lived relays watch it (see [`Gateway::until_revoked`]).
+/// before the workload starts. Long-lived relays watch it (see `Gateway::until_revoked`).
 #[derive(Debug)]
 pub struct PhaseSwitch {
     /// The phase for the hot path (read several times per request, never locked).

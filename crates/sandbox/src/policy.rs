@@ -37,7 +37,7 @@ pub(crate) const SYSTEM_DIRS: &[Entry] = &[
     e("/libx32", "x32 libraries on multilib hosts"),
 ];
 
-/// The host directories every sandbox sees (read-only), resolved: [`SYSTEM_DIRS`] as they
+/// The host directories every sandbox sees (read-only), resolved: `SYSTEM_DIRS` as they
 /// exist on this host, symbolic links followed (`/bin` is `/usr/bin` on merged-/usr hosts).
 /// Anything of capgate's own kept beneath one (its data directory) is shown to the workload.
 pub fn shown_host_dirs() -> Vec<std::path::PathBuf> {

@@ -479,7 +479,7 @@ fn expand_config_env(
 /// own `env:` exports overridden by `env_overrides`, and judge the result strictly as an
 /// effective descriptor. Build-phase args of an unpublished (authored) kit take their
 /// defaults. Arg problems are errors; validation problems are in the returned
-/// [`Loaded`]'s diagnostics.
+/// [`crate::Loaded`]'s diagnostics.
 pub fn effective(
     loaded: &crate::Loaded,
     supplied: &BTreeMap<String, String>,

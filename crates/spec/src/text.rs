@@ -36,7 +36,7 @@ pub(crate) fn acts(c: char) -> bool {
         )
 }
 
-/// `s` with every character that [`acts`] written as `\u{…}` (and a backslash that would
+/// `s` with every character that `acts` written as `\u{…}` (and a backslash that would
 /// start such a spelling doubled), borrowed unchanged when there is none.
 pub fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(|c| acts(c) || c == '\\') {
@@ -56,7 +56,7 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// JSON text (as serde_json writes it) with every character that [`acts`] and that serde
+/// JSON text (as serde_json writes it) with every character that `acts` and that serde
 /// leaves as it is (DEL, C1 controls, invisible and bidirectional characters) written as a
 /// `\uXXXX` escape: the same JSON value, safe to print on a terminal. JSON's own structure
 /// is ASCII, and serde already escapes the C0 controls inside strings.
