@@ -204,6 +204,9 @@ fn main() -> ExitCode {
                 "capgate: {}",
                 capgate_spec::text::printable(&format!("{e:#}"))
             );
+            if let Some(hint) = state::full_disk_hint(&e) {
+                say!("capgate: {}", capgate_spec::text::printable(&hint));
+            }
             ExitCode::from(exit::INVALID)
         }
     }

@@ -44,9 +44,37 @@ fn foreign_data_dir(dir: &Path) -> Option<String> {
     None
 }
 
+/// The policy store in the data directory. Its errors name the file.
 pub fn open_store() -> Result<Store> {
-    let path = data_dir()?.join("policy.db");
-    Store::open(&path).with_context(|| format!("cannot open the policy store `{}`", path.display()))
+    Ok(Store::open(&data_dir()?.join("policy.db"))?)
+}
+
+/// What to say beside an error that came from a full file system under the data directory
+/// (SQLite reports it as a bare `disk I/O error`), if that is what happened.
+pub fn full_disk_hint(error: &anyhow::Error) -> Option<String> {
+    let storage = error.chain().any(|e| {
+        e.downcast_ref::<capgate_policy::store::StoreError>()
+            .is_some_and(capgate_policy::store::StoreError::is_storage_failure)
+            || e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                )
+            })
+    });
+    if !storage {
+        return None;
+    }
+    let dir = data_dir().ok()?;
+    let fs = rustix::fs::statvfs(&dir).ok()?;
+    // Less than 1 MiB free for the user: SQLite cannot even map its shared memory file.
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    (free < 1 << 20).then(|| {
+        format!(
+            "the file system holding capgate's data directory `{}` is full ({free} bytes free): free space there, then try again (`capgate log --prune-before 30d` removes older audit events)",
+            dir.display()
+        )
+    })
 }
 
 /// `[a-z0-9][a-z0-9_.-]{0,62}`: a sandbox name is also a hostname and a directory name.

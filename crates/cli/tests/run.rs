@@ -1381,6 +1381,35 @@ fn refusals_hidden_by_a_full_disk_still_fail_the_run() {
         "{stderr}"
     );
     assert_eq!(code, Some(3), "{stderr}");
+
+    // A disk the host filled: SQLite's bare `disk I/O error` comes with what it means.
+    let ls = || {
+        env.capgate_env(
+            &["ls"],
+            None,
+            &[("CAPGATE_HOME", small.join("home").to_str().unwrap())],
+        )
+    };
+    let fill = small.join("fill");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", fill.display()))
+        .stderr(Stdio::null())
+        .status();
+    let o = ls();
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the file system holding capgate's data directory `{}` is full",
+            small.join("home").display()
+        )),
+        "{stderr}"
+    );
+    // Its twin: with room again, no such word.
+    std::fs::remove_file(&fill).unwrap();
+    let o = ls();
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
 }
 
 /// Runs `sh probe.sh` (already in the workspace) with `kit`, the upstream CA trusted and

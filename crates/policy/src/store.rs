@@ -626,6 +626,36 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the file system failed under the store (SQLite's `SQLITE_FULL` or an I/O
+    /// error, ENOSPC and EDQUOT among the causes): a full disk is the usual one, which the
+    /// caller can tell by looking.
+    pub fn is_storage_failure(&self) -> bool {
+        use std::error::Error as _;
+        let mut cause = self.source();
+        while let Some(e) = cause {
+            if let Some(rusqlite::Error::SqliteFailure(f, _)) = e.downcast_ref::<rusqlite::Error>()
+                && matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::SystemIoFailure
+                )
+            {
+                return true;
+            }
+            if let Some(io) = e.downcast_ref::<io::Error>()
+                && matches!(
+                    io.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                )
+            {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+}
+
 fn no_such_rule(id: &str, scope: Option<&Scope>) -> String {
     match scope {
         Some(scope) => format!("no rule `{id}` in scope `{scope}`"),
