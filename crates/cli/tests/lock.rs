@@ -488,6 +488,23 @@ capabilities:
             .collect();
         assert_eq!(found, [("credentials.inject", detail)], "{inject}");
     }
+
+    // A domain held to one port, widened to every port of its host.
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        kit("{domain: \"api.github.com:443\"}"),
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "w", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    std::fs::write(dir.join("w/kit.yaml"), &v1).unwrap();
+    let out = capgate(dir, &["lock", "w", "--check", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("runtime github api.github.com Authorization: Bearer %s"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Dropping a mixin drops its denies: a removed deny, attributed to the mixin, that stops

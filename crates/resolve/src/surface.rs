@@ -310,7 +310,7 @@ fn project_entries(entries: &[HostEntry], hosts: &mut Vec<String>, http: &mut Ve
 /// presentation): `runtime github api.github.com Authorization: Bearer %s`, `…
 /// Authorization: basic <username>`, `… oauth-resource <host>`, `… oauth-token
 /// <host><path>`. Sorted, without
-/// duplicates; hosts lowercased without a trailing dot. The spec's surface records only the
+/// duplicates; hosts lowercased without a trailing dot, a port kept as written. The spec's surface records only the
 /// service names, so a new inject domain on a host already allowed, or a new header, would
 /// pass unseen; the lock keeps these beside the surface (capgate's own field).
 pub fn credential_injects<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<String> {
@@ -334,9 +334,13 @@ pub fn credential_injects<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> V
                 } else {
                     format!("{}: {}", rule.header_or_default(), rule.format_or_default())
                 };
-                // The broker matches the domain without its port.
-                let domain = rule.domain.split(':').next().unwrap_or_default();
-                out.push(format!("{who} {} {how}", host(domain)));
+                // With its port, which the broker keeps to: `host:443` to `host` reaches
+                // every port.
+                let domain = match rule.domain.split_once(':') {
+                    Some((name, port)) => format!("{}:{port}", host(name)),
+                    None => host(&rule.domain),
+                };
+                out.push(format!("{who} {domain} {how}"));
             }
             if let Some(oauth) = &c.oauth {
                 for h in &oauth.resource_hosts {
