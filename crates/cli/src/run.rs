@@ -473,10 +473,17 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             return Ok(125);
         }
     };
+    // A name a killed ephemeral run left starts afresh.
+    dir.clear_abandoned(&name, &mut store)?;
     // Made by this run (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
-    if ephemeral && let Err(e) = dir.mark_ephemeral() {
+    // Reclaimed if this run is killed; not with --copy-back, whose changes the user may
+    // want from the state left behind.
+    if ephemeral
+        && !args.copy_back
+        && let Err(e) = dir.mark_ephemeral()
+    {
         let _ = dir.remove();
         return Err(e);
     }

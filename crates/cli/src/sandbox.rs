@@ -247,14 +247,20 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
         );
         return Ok(exit::REFUSED);
     };
+    // A name a killed ephemeral run left starts afresh.
+    dir.clear_abandoned(&args.name, &mut store)?;
     // Made by this call (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
+    let recorded = store.sandbox(&args.name)?.is_some();
     let provisioned = match provision(args, &mut store, false) {
         Ok(Ok(p)) => p,
         refused => {
             // A refused or failed create of a new name leaves nothing behind.
             if fresh {
+                if !recorded {
+                    let _ = store.remove_sandbox(&args.name);
+                }
                 let _ = dir.remove();
             }
             return refused.map(|r| r.err().unwrap_or(exit::INVALID));

@@ -136,7 +136,8 @@ impl SandboxDir {
         }
     }
 
-    /// Marks the directory as made for one `capgate run` without `--name`, under its lock:
+    /// Marks the directory as made for one `capgate run` without `--name` (nor
+    /// `--copy-back`: a killed run's changes stay for the user to recover), under its lock:
     /// if that run is killed before it removes its state, a later run or `capgate ls`
     /// reclaims it ([`reclaim_abandoned_runs`]).
     pub fn mark_ephemeral(&self) -> Result<()> {
@@ -145,14 +146,45 @@ impl SandboxDir {
             .with_context(|| format!("cannot write `{}`", path.display()))
     }
 
-    /// The lock of a directory that exists, without creating either; `None` when either is
-    /// missing or another process holds the lock.
+    /// The lock of a directory that exists, without creating either (nor following a
+    /// link, nor waiting on a FIFO); `None` when either is missing or another process holds
+    /// the lock.
     fn lock_existing(&self) -> Option<fs::File> {
         let file = fs::OpenOptions::new()
             .write(true)
+            .custom_flags(libc_flags::NOFOLLOW | libc_flags::NONBLOCK)
             .open(self.dir.join("lock"))
             .ok()?;
         file.try_lock().ok().map(|()| file)
+    }
+
+    /// Whether the directory carries the mark of an ephemeral run ([`Self::mark_ephemeral`]).
+    fn is_marked_ephemeral(&self) -> bool {
+        fs::symlink_metadata(self.dir.join(EPHEMERAL_MARKER)).is_ok()
+    }
+
+    /// With the lock held: if the directory is what a killed ephemeral run left, removes
+    /// that run's record and everything of it but the lock file, so that a `run --name` or
+    /// `create` of the same name starts afresh (and is not reclaimed later as that run).
+    pub fn clear_abandoned(&self, name: &str, store: &mut Store) -> Result<()> {
+        if !self.is_marked_ephemeral() {
+            return Ok(());
+        }
+        match store.remove_sandbox(name) {
+            Ok(_) | Err(capgate_policy::store::StoreError::NoSuchSandbox { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let entries = fs::read_dir(&self.dir)
+            .with_context(|| format!("cannot list `{}`", self.dir.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| format!("cannot list `{}`", self.dir.display()))?;
+            if entry.file_name() == "lock" {
+                continue;
+            }
+            capgate_sandbox::remove_tree(&entry.path())
+                .with_context(|| format!("cannot remove `{}`", entry.path().display()))?;
+        }
+        Ok(())
     }
 
     fn composition_path(&self) -> PathBuf {
@@ -254,14 +286,14 @@ pub fn reclaim_abandoned_runs(store: &mut Store) -> Vec<String> {
         let Ok(dir) = SandboxDir::of(&name) else {
             continue;
         };
-        if !dir.dir.join(EPHEMERAL_MARKER).exists() {
+        if !dir.is_marked_ephemeral() {
             continue;
         }
         let Some(_lock) = dir.lock_existing() else {
             continue;
         };
         // Taken after the run removed its directory (the file was unlinked under it).
-        if !dir.dir.join(EPHEMERAL_MARKER).exists() {
+        if !dir.is_marked_ephemeral() {
             continue;
         }
         match store.remove_sandbox(&name) {
@@ -330,6 +362,7 @@ fn open_regular(path: &Path) -> std::io::Result<fs::File> {
 mod libc_flags {
     pub const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
     pub const NOCTTY: i32 = rustix::fs::OFlags::NOCTTY.bits() as i32;
+    pub const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
 }
 
 /// Writes a file readable by its owner only, atomically, its directory made owner-only.

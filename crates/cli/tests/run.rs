@@ -1216,7 +1216,8 @@ fn a_terminated_run_still_cleans_up() {
 
 /// A run killed outright (SIGKILL: no handler runs) leaves its state behind; the next
 /// `capgate ls` or run reclaims it. Twins: a run still going is listed and kept, a named
-/// sandbox (even one named like a run) is never reclaimed, and `create` of a name a run
+/// sandbox (even one named like a run, or reusing a killed run's name) is never
+/// reclaimed, a killed `--copy-back` run's changes are kept, and `create` of a name a run
 /// holds is refused.
 #[test]
 fn what_a_killed_run_leaves_is_reclaimed_and_nothing_else() {
@@ -1319,6 +1320,28 @@ fn what_a_killed_run_leaves_is_reclaimed_and_nothing_else() {
         !String::from_utf8_lossy(&o.stdout).contains(&left[0]),
         "{o:?}"
     );
+
+    // The name a killed run left, taken by a named run: that sandbox starts afresh and is
+    // kept like any named one.
+    let killed = start(&[]);
+    let left: Vec<String> = names().into_iter().filter(|n| n != "run-abcdef").collect();
+    kill(killed);
+    let o = env.capgate(&["run", "--name", &left[0], "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let mut expected = vec![left[0].clone(), "run-abcdef".to_owned()];
+    expected.sort();
+    assert_eq!(listed(), expected);
+    assert!(!sandboxes.join(&left[0]).join("ephemeral").exists());
+    let o = env.capgate(&["rm", &left[0]], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+
+    // A killed --copy-back run: what it changed is kept for the user, not reclaimed.
+    let killed = start(&["--copy-back"]);
+    let copy_back: Vec<String> = names().into_iter().filter(|n| n != "run-abcdef").collect();
+    kill(killed);
+    let mut expected = vec![copy_back[0].clone(), "run-abcdef".to_owned()];
+    expected.sort();
+    assert_eq!(listed(), expected);
 }
 
 /// A workload that fills the disk holding the data directory (its copy-mode writes land
