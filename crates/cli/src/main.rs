@@ -82,11 +82,12 @@ enum Command {
     /// (a `dev.capgate/filesystem@1` place beneath no writable mount), `invalid-read-path`
     /// (a read path outside the workspace, or a write place covering it; an error),
     /// `exec-in-writable-place` (a `dev.capgate/exec@1` program the workload could replace;
-    /// an error), `exec-launcher` (an exec list entry through which any program runs: a
-    /// shell, `env`, `xargs`, the dynamic loader, a directory of system programs),
+    /// an error), `broad-exec` (an exec list entry that is a directory of system programs
+    /// or of the dynamic loader), `unusable-inject-domain` (a credential inject domain the
+    /// broker cannot use; an error),
     /// `non-ascii-host` (an allowed host written beyond ASCII), `content-file` (an
     /// agent-context@1 `contentFile` that cannot be read). Findings are warnings;
-    /// `--strict` makes `wildcard-host`, `non-ascii-host`, `exec-launcher` and
+    /// `--strict` makes `wildcard-host`, `non-ascii-host`, `broad-exec` and
     /// `tier-mismatch` errors, and a read-only
     /// grant of changing methods only is always an error. An invalid kit reports its
     /// validation problems (check `invalid`). Printed as `file:line:col: error[check]:

@@ -278,7 +278,7 @@ pub struct LintArgs {
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Fail on what a careful reviewer would refuse: wildcard hosts, hosts beyond ASCII,
-    /// launchers in exec lists and determinism tier mismatches become errors.
+    /// broad exec lists and determinism tier mismatches become errors.
     #[arg(long)]
     strict: bool,
     /// Print a JSON report instead of text.

@@ -296,18 +296,22 @@ fn a_host_in_another_script_is_named_with_its_dns_form() {
     );
 }
 
-/// An exec list through which any program runs is named (a warning, an error under
-/// `--strict`), one the run would refuse is an error; its twin, the pack's own
-/// interpreter, passes even under `--strict`.
+/// An exec list entry that lets every system program run is named (a warning, an error
+/// under `--strict`), one the run would refuse is an error, and so is an inject domain the
+/// broker cannot use; the twin, the pack's own interpreter, passes even under `--strict`.
 #[test]
-fn exec_lists_that_bound_nothing_are_named_with_their_line() {
+fn exec_lists_and_inject_domains_are_named_with_their_line() {
     let dir = tempfile::tempdir().unwrap();
     let text = "schemaVersion: \"3\"
 kind: workload
 capabilities:
   - type: dev.capgate/exec@1
     config:
-      allow: [/usr/bin/python3, /bin/bash, /home/agent/bin/tool]
+      allow: [/usr/bin/python3, /usr/bin, /home/agent/bin/tool]
+  - type: com.docker.sandbox/network-policy@1
+    config: {runtime: {allow: [api.example.com]}}
+  - type: com.docker.sandbox/credential@1
+    config: {service: gh, phase: runtime, apiKey: {inject: [{domain: \"api.example.com:https\"}]}}
 ";
     let file = pack(dir.path(), text);
     let out = capgate(&["lint", &file]);
@@ -315,25 +319,33 @@ capabilities:
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains(&format!(
-            "{file}:6:33: warning[exec-launcher]: capabilities[0].config.allow[1]: `/bin/bash` starts any program"
+            "{file}:6:33: warning[broad-exec]: capabilities[0].config.allow[1]: `/usr/bin` lets every program"
         )),
         "{said}"
     );
     assert!(
         said.contains(&format!(
-            "{file}:6:44: error[exec-in-writable-place]: capabilities[0].config.allow[2]:"
+            "{file}:6:43: error[exec-in-writable-place]: capabilities[0].config.allow[2]:"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "{file}:10:70: error[unusable-inject-domain]: capabilities[2].config.apiKey.inject[0].domain: `api.example.com:https`: `https` is not a port"
         )),
         "{said}"
     );
     let out = capgate(&["lint", "--strict", &file]);
     assert!(
-        stdout(&out).ends_with("2 errors · 0 warnings\n"),
+        stdout(&out).ends_with("3 errors · 0 warnings\n"),
         "{}",
         stdout(&out)
     );
     let file = pack(
         dir.path(),
-        &text.replace(", /bin/bash, /home/agent/bin/tool", ""),
+        &text
+            .replace(", /usr/bin, /home/agent/bin/tool", "")
+            .replace("api.example.com:https", "api.example.com:443"),
     );
     let out = capgate(&["lint", "--strict", &file]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));

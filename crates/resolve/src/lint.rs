@@ -51,20 +51,23 @@ pub enum Check {
     /// A program (`dev.capgate/exec@1`) beneath a place the workload can write: the run is
     /// refused, as the workload could replace it.
     ExecInWritablePlace,
-    /// An exec list entry that starts any program (a shell, `env`, the dynamic loader, a
-    /// directory of system programs): the list then bounds nothing (seed 002: only the
-    /// pack's own interpreter, no subprocess).
-    ExecLauncher,
+    /// An exec list entry that is a directory of system programs (`/usr/bin`, or one that
+    /// holds it): every program there may run (seed 002: only the pack's own interpreter).
+    BroadExec,
+    /// A credential inject domain the broker cannot read (a port that is not one, an
+    /// address, a host the policy refuses): the secret is added nowhere.
+    UnusableInjectDomain,
 }
 
 impl Check {
-    pub const ALL: [Check; 12] = [
+    pub const ALL: [Check; 13] = [
         Check::InvalidHost,
         Check::UnwritablePlace,
         Check::InvalidReadPath,
         Check::ExecInWritablePlace,
+        Check::UnusableInjectDomain,
         Check::ContentFile,
-        Check::ExecLauncher,
+        Check::BroadExec,
         Check::WildcardHost,
         Check::NonAsciiHost,
         Check::AddressHost,
@@ -86,7 +89,8 @@ impl Check {
             Check::ContentFile => "content-file",
             Check::NonAsciiHost => "non-ascii-host",
             Check::ExecInWritablePlace => "exec-in-writable-place",
-            Check::ExecLauncher => "exec-launcher",
+            Check::BroadExec => "broad-exec",
+            Check::UnusableInjectDomain => "unusable-inject-domain",
         }
     }
 
@@ -95,7 +99,7 @@ impl Check {
     pub fn strict_refuses(self) -> bool {
         matches!(
             self,
-            Check::WildcardHost | Check::TierMismatch | Check::NonAsciiHost | Check::ExecLauncher
+            Check::WildcardHost | Check::TierMismatch | Check::NonAsciiHost | Check::BroadExec
         )
     }
 }
@@ -209,6 +213,7 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     }
     unwritable_places(&entries, &mut out);
     exec_lists(&entries, &mut out);
+    inject_domains(&entries, options, &mut out);
     content_files(&entries, options, &mut out);
     out.list
         .sort_by(|a, b| (a.pos, &a.path).cmp(&(b.pos, &b.path)));
@@ -610,17 +615,8 @@ fn unwritable_places(entries: &[(String, &Entry)], out: &mut Findings) {
     }
 }
 
-/// Programs that exist to start other programs: shells and launchers. Listed in an exec
-/// list, any program of the system may run through them.
-const LAUNCHERS: &[&str] = &[
-    "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env",
-    "xargs", "nohup", "nice", "ionice", "timeout", "setsid", "stdbuf", "chrt", "taskset",
-    "unshare", "nsenter", "chroot", "sudo", "su", "doas", "runuser", "setpriv", "prlimit", "flock",
-    "script", "strace", "ltrace", "gdb",
-];
-
-/// Directories of system programs (and of the dynamic loader).
-const PROGRAM_DIRS: &[&str] = &[
+/// Directories of system programs.
+const BIN_DIRS: &[&str] = &[
     "/bin",
     "/sbin",
     "/usr/bin",
@@ -628,43 +624,53 @@ const PROGRAM_DIRS: &[&str] = &[
     "/usr/local/bin",
     "/usr/local/sbin",
     "/usr/libexec",
-    "/lib",
-    "/lib64",
-    "/usr/lib",
-    "/usr/lib64",
 ];
 
-/// What makes an exec list entry start any program, if anything.
-fn launcher(entry: &str) -> Option<String> {
+/// Library directories, which hold the dynamic loader.
+const LIB_DIRS: &[&str] = &[
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libx32",
+];
+
+/// What an exec list entry lets run that a reviewer would not pass, if it is a directory
+/// of system programs: the entry is one
+/// of [`BIN_DIRS`] or [`LIB_DIRS`], holds one, or is a multiarch library directory
+/// (`/usr/lib/x86_64-linux-gnu`, which holds the loader). A program is never one: Landlock
+/// checks every `execve`, so a shell or `env` listed still runs only listed programs.
+fn program_dir(entry: &str) -> Option<String> {
     let path = std::path::Path::new(entry);
-    if let Some(dir) = PROGRAM_DIRS
-        .iter()
-        .find(|d| std::path::Path::new(d).starts_with(path))
-    {
+    let holds = |dirs: &'static [&'static str]| {
+        dirs.iter()
+            .copied()
+            .find(|d| std::path::Path::new(d).starts_with(path))
+    };
+    if let Some(dir) = holds(BIN_DIRS) {
         return Some(format!(
-            "`{entry}` holds every program of `{dir}`, shells and the dynamic loader among them"
+            "every program of `{dir}` run (shells, compilers, network tools)"
         ));
     }
-    let name = path.file_name()?.to_str()?;
-    // A multiarch library directory (`/usr/lib/x86_64-linux-gnu`) holds the loader.
-    let in_lib = ["/lib", "/usr/lib"]
-        .iter()
-        .any(|l| path.parent() == Some(std::path::Path::new(l)));
-    if in_lib && name.ends_with("-linux-gnu") {
-        return Some(format!("`{entry}` holds the dynamic loader"));
+    let loader = "the dynamic loader run, which runs any program of the root";
+    if let Some(dir) = holds(LIB_DIRS) {
+        return Some(format!("{loader} (it lies in `{dir}`)"));
     }
-    if name == "ld.so" || (name.starts_with("ld-") && name.contains(".so")) {
-        return Some(format!(
-            "`{entry}` is the dynamic loader, which runs any program it is given (`{entry} /bin/sh`)"
-        ));
-    }
-    LAUNCHERS
-        .contains(&name)
-        .then(|| format!("`{entry}` starts any program it is given"))
+    let in_lib = path
+        .parent()
+        .is_some_and(|p| LIB_DIRS.iter().any(|lib| p == std::path::Path::new(lib)));
+    let multiarch = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains("-linux-"));
+    (in_lib && multiarch).then(|| loader.to_owned())
 }
 
 /// `dev.capgate/exec@1` lists: a program the workload could replace (the run is refused),
-/// and entries through which any program runs.
+/// and entries that let every program of a system directory run.
 fn exec_lists(entries: &[(String, &Entry)], out: &mut Findings) {
     let volumes = volume_paths(entries);
     for (at, entry) in entries {
@@ -691,16 +697,80 @@ fn exec_lists(entries: &[(String, &Entry)], out: &mut Findings) {
                 );
                 continue;
             }
-            if let Some(why) = launcher(program) {
+            if let Some(what) = program_dir(program) {
                 out.warn(
-                    Check::ExecLauncher,
+                    Check::BroadExec,
                     &path,
                     pos,
                     format!(
-                        "{why}, so the exec list bounds nothing; list the pack's own interpreter and programs"
+                        "`{program}` lets {what}, so the exec list bounds little; name the pack's own interpreter and programs"
                     ),
                 );
             }
+        }
+    }
+}
+
+/// What keeps the broker from using an inject domain, if anything: it adds the secret on
+/// requests to a named host, on the port given (`host:443`) or any port.
+fn inject_problem(domain: &str, options: &Options<'_>) -> Option<String> {
+    let (host, port) = match domain.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (domain, None),
+    };
+    if let Some(port) = port
+        && !(port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok_and(|p| p != 0))
+    {
+        return Some(format!("`{domain}`: `{port}` is not a port (1 to 65535)"));
+    }
+    if is_address(host) || host.starts_with('[') {
+        return Some(format!(
+            "`{domain}` is an address: the broker adds secrets only on requests to a named host"
+        ));
+    }
+    (options.host_problem)(host).map(|p| format!("`{domain}`: {p}"))
+}
+
+/// credential@1 inject domains the broker cannot use: the secret would be added nowhere,
+/// and every request carrying the sentinel refused.
+fn inject_domains(entries: &[(String, &Entry)], options: &Options<'_>, out: &mut Findings) {
+    for (at, entry) in entries {
+        let Some(Capability::Credential(c)) = &entry.capability else {
+            continue;
+        };
+        if entry.parameterized {
+            continue;
+        }
+        let written = entry
+            .config
+            .as_ref()
+            .and_then(|c| c.get("apiKey"))
+            .and_then(|k| k.get("inject"))
+            .and_then(Node::as_seq)
+            .unwrap_or_default();
+        for (i, rule) in c.api_key.iter().flat_map(|k| &k.inject).enumerate() {
+            let Some(problem) = inject_problem(&rule.domain, options) else {
+                continue;
+            };
+            let node = written.get(i);
+            let pos = node
+                .and_then(|n| n.get("domain"))
+                .or(node)
+                .map_or(Pos::UNKNOWN, |n| n.pos);
+            out.error(
+                Check::UnusableInjectDomain,
+                &Path::from(at.as_str())
+                    .key("config")
+                    .key("apiKey")
+                    .key("inject")
+                    .index(i)
+                    .key("domain"),
+                pos,
+                format!(
+                    "{problem}; the broker adds the `{}` secret nowhere",
+                    c.service
+                ),
+            );
         }
     }
 }
@@ -1059,37 +1129,75 @@ mod tests {
     }
 
     #[test]
-    fn exec_lists_that_bound_nothing_or_are_refused_are_named() {
-        let caps = "  - type: dev.capgate/exec@1\n    config:\n      allow:\n        - /usr/bin/python3\n        - /bin/sh\n        - /usr/bin/env\n        - /lib64/ld-linux-x86-64.so.2\n        - /usr/bin\n        - /usr/lib/x86_64-linux-gnu\n        - /home/agent/workspace/run.py\n        - /cache/tool\n        - /opt/pack/bin/tool\n        - /usr/lib/python3.11\n  - type: com.docker.sandbox/volume@1\n    config: {path: /cache}\n";
+    fn exec_lists_that_bound_little_or_are_refused_are_named() {
+        let caps = "  - type: dev.capgate/exec@1\n    config:\n      allow:\n        - /usr/bin/python3\n        - /usr/bin\n        - /usr\n        - /usr/lib/x86_64-linux-gnu\n        - /usr/lib/arm-linux-gnueabihf\n        - /lib32\n        - /home/agent/workspace/run.py\n        - /cache/tool\n        - /bin/sh\n        - /usr/bin/env\n        - /opt/pack/bin/script\n        - /usr/lib/python3.11\n  - type: com.docker.sandbox/volume@1\n    config: {path: /cache}\n";
         let found = lint(&kit("workload", caps), &opts(false));
-        let named: Vec<(&str, &str, Severity)> = found
+        let named: Vec<(&str, String, Severity)> = found
             .iter()
-            .map(|f| (f.check.code(), f.path.as_str(), f.severity))
+            .map(|f| (f.check.code(), f.path.as_str().to_owned(), f.severity))
             .collect();
         let at = |i: usize| format!("capabilities[0].config.allow[{i}]");
-        let expected: Vec<(&str, String, Severity)> = vec![
-            ("exec-launcher", at(1), Severity::Warning),
-            ("exec-launcher", at(2), Severity::Warning),
-            ("exec-launcher", at(3), Severity::Warning),
-            ("exec-launcher", at(4), Severity::Warning),
-            ("exec-launcher", at(5), Severity::Warning),
-            ("exec-in-writable-place", at(6), Severity::Error),
-            ("exec-in-writable-place", at(7), Severity::Error),
-        ];
-        let expected: Vec<(&str, &str, Severity)> = expected
-            .iter()
-            .map(|(c, p, s)| (*c, p.as_str(), *s))
-            .collect();
-        assert_eq!(named, expected);
+        assert_eq!(
+            named,
+            [
+                ("broad-exec", at(1), Severity::Warning),
+                ("broad-exec", at(2), Severity::Warning),
+                ("broad-exec", at(3), Severity::Warning),
+                ("broad-exec", at(4), Severity::Warning),
+                ("broad-exec", at(5), Severity::Warning),
+                ("exec-in-writable-place", at(6), Severity::Error),
+                ("exec-in-writable-place", at(7), Severity::Error),
+            ]
+        );
         assert_eq!(found[0].pos.line, 8, "{:?}", found[0]);
-        // Strict refuses a launcher.
+        assert!(
+            found[1].message.contains("every program of `/usr/bin`"),
+            "{:?}",
+            found[1]
+        );
+        // Strict refuses a directory of system programs.
         let strict = lint(&kit("workload", caps), &opts(true));
         assert!(
             strict.iter().all(|f| f.severity == Severity::Error),
             "{strict:?}"
         );
-        // The twin: the pack's own interpreter and programs of the system root.
-        let ok = "  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3, /usr/bin/git, /opt/pack/bin]}\n";
+        // The twin: the pack's own interpreter and programs (a shell or `env` among them
+        // still runs only listed programs), and a directory of its own.
+        let ok = "  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3, /usr/bin/git, /bin/sh, /usr/bin/env, /opt/pack/bin]}\n";
         assert_eq!(lint(&kit("workload", ok), &opts(true)), vec![]);
+    }
+
+    #[test]
+    fn inject_domains_the_broker_cannot_use_are_errors() {
+        let caps = "  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [\"*\"]}}\n  - type: com.docker.sandbox/credential@1\n    config:\n      service: gh\n      phase: runtime\n      apiKey:\n        inject:\n          - {domain: api.example.com}\n          - {domain: \"api.example.com:8443\"}\n          - {domain: \"api.example.com:https\"}\n          - {domain: \"api.example.com:0\"}\n          - {domain: 10.0.0.5}\n          - {domain: \"bad..example.com\"}\n";
+        let found = lint(&kit("workload", caps), &opts(false));
+        let named: Vec<(&str, String, Severity, u32)> = found
+            .iter()
+            .filter(|f| f.check == Check::UnusableInjectDomain)
+            .map(|f| {
+                (
+                    f.check.code(),
+                    f.path.as_str().to_owned(),
+                    f.severity,
+                    f.pos.line,
+                )
+            })
+            .collect();
+        let at = |i: usize| format!("capabilities[1].config.apiKey.inject[{i}].domain");
+        assert_eq!(
+            named,
+            [
+                ("unusable-inject-domain", at(2), Severity::Error, 14),
+                ("unusable-inject-domain", at(3), Severity::Error, 15),
+                ("unusable-inject-domain", at(4), Severity::Error, 16),
+                ("unusable-inject-domain", at(5), Severity::Error, 17),
+            ]
+        );
+        assert!(
+            found
+                .iter()
+                .any(|f| f.message.contains("`https` is not a port")),
+            "{found:?}"
+        );
     }
 }
