@@ -795,33 +795,10 @@ fn apply_one(
                 _ if *executable => 0o755,
                 _ => 0o644,
             };
-            let tmp = temporary_name();
-            let fd = rustix::fs::openat(
-                &dir,
-                &tmp,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(mode),
-            )
-            .map_err(|e| explain(e.into()))?;
-            let mut to = File::from(fd);
-            let placed = io::copy(&mut from, &mut to)
-                .map_err(explain)
-                .and_then(|_| {
-                    // The umask narrowed the mode at creation; set it as chosen.
-                    rustix::fs::fchmod(&to, Mode::from_raw_mode(mode))
-                        .map_err(|e| explain(e.into()))
-                })
-                .and_then(|()| match have {
-                    Some((FileType::Directory, _)) => remove(&dir, rel, name, FileType::Directory),
-                    _ => Ok(()),
-                })
-                .and_then(|()| {
-                    rustix::fs::renameat(&dir, &tmp, &dir, name).map_err(|e| explain(e.into()))
-                });
-            if placed.is_err() {
-                let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
-            }
-            placed?;
+            place_file(&dir, name, mode, &mut from, || match have {
+                Some((FileType::Directory, _)) => remove(&dir, rel, name, FileType::Directory),
+                _ => Ok(()),
+            })?;
             applied.written.push(change.path.clone());
         }
         ChangeKind::Symlink(_) => {
@@ -829,6 +806,97 @@ fn apply_one(
         }
     }
     Ok(())
+}
+
+/// Writes `from` as `name` in `dir` with `mode`, replacing what is there in one rename
+/// (after `clear`, which removes a directory in the way). The content goes into an unnamed
+/// file (`O_TMPFILE`), which a capgate killed during the copy leaves nowhere; it gets a
+/// name beside its place only once complete, for the rename. Where the file system has no
+/// unnamed files, it is written under that temporary name from the start.
+fn place_file(
+    dir: &OwnedFd,
+    name: &OsStr,
+    mode: u32,
+    from: &mut impl io::Read,
+    clear: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    place_file_as(dir, (name, mode), from, clear, true)
+}
+
+/// [`place_file`]; `try_unnamed: false` writes under the temporary name from the start, as
+/// on a file system without unnamed files.
+fn place_file_as(
+    dir: &OwnedFd,
+    (name, mode): (&OsStr, u32),
+    from: &mut impl io::Read,
+    clear: impl FnOnce() -> Result<(), String>,
+    try_unnamed: bool,
+) -> Result<(), String> {
+    let tmp = temporary_name();
+    let unnamed = if try_unnamed {
+        rustix::fs::openat(
+            dir,
+            ".",
+            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+    } else {
+        Err(rustix::io::Errno::OPNOTSUPP)
+    };
+    let (fd, named) = match unnamed {
+        Ok(fd) => (fd, false),
+        // No unnamed files here (EOPNOTSUPP; EISDIR or EINVAL from kernels without them).
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {
+            let fd = rustix::fs::openat(
+                dir,
+                &tmp,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(mode),
+            )
+            .map_err(|e| explain(e.into()))?;
+            (fd, true)
+        }
+        Err(e) => return Err(explain(e.into())),
+    };
+    let mut to = File::from(fd);
+    let placed = io::copy(from, &mut to)
+        .map_err(explain)
+        .and_then(|_| {
+            // The umask narrowed the mode at creation; set it as chosen.
+            rustix::fs::fchmod(&to, Mode::from_raw_mode(mode)).map_err(|e| explain(e.into()))
+        })
+        .and_then(|()| {
+            if named {
+                Ok(())
+            } else {
+                link_unnamed(&to, dir, &tmp)
+            }
+        });
+    let placed = placed
+        .and_then(|()| clear())
+        .and_then(|()| rustix::fs::renameat(dir, &tmp, dir, name).map_err(|e| explain(e.into())));
+    if placed.is_err() {
+        let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+    }
+    placed
+}
+
+/// Gives the unnamed file `file` the name `tmp` in `dir`: through its descriptor where this
+/// process may (`AT_EMPTY_PATH` needs CAP_DAC_READ_SEARCH), else through `/proc/self/fd`.
+fn link_unnamed(file: &File, dir: &OwnedFd, tmp: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd as _;
+    if rustix::fs::linkat(file, "", dir, tmp, AtFlags::EMPTY_PATH).is_ok() {
+        return Ok(());
+    }
+    let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    rustix::fs::linkat(
+        rustix::fs::CWD,
+        by_proc.as_str(),
+        dir,
+        tmp,
+        AtFlags::SYMLINK_FOLLOW,
+    )
+    .map_err(|e| explain(e.into()))
 }
 
 /// A short name for the file being written beside its place (created with `O_EXCL`, so an
@@ -844,6 +912,82 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
     use std::os::unix::fs::{PermissionsExt, symlink};
+
+    /// A reader that, when first read, lists the directory the file is written into: what
+    /// a capgate killed in the middle of the copy would leave there.
+    struct Watching<'a> {
+        dir: &'a Path,
+        seen: Option<Vec<String>>,
+        data: &'a [u8],
+    }
+
+    impl io::Read for Watching<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.seen.is_none() {
+                let names = std::fs::read_dir(self.dir)?
+                    .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect::<io::Result<Vec<_>>>()?;
+                self.seen = Some(names);
+            }
+            let n = buf.len().min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    /// During the copy the file has no name (a killed capgate leaves nothing in the host
+    /// directory); the twin without unnamed files shows its temporary name meanwhile. Both
+    /// end with the file in place, in its mode, replacing the old one, and nothing else.
+    #[test]
+    fn a_file_being_copied_back_has_no_name_until_complete() {
+        for try_unnamed in [true, false] {
+            let host = tempfile::tempdir().unwrap();
+            std::fs::write(host.path().join("out.txt"), "old").unwrap();
+            let dir = rustix::fs::open(
+                host.path(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            let probe = rustix::fs::openat(
+                &dir,
+                ".",
+                OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            );
+            if try_unnamed && probe.is_err() {
+                eprintln!("skipped: the temporary directory's file system has no O_TMPFILE");
+                continue;
+            }
+            drop(probe);
+            let mut from = Watching {
+                dir: host.path(),
+                seen: None,
+                data: b"new content",
+            };
+            place_file_as(
+                &dir,
+                (OsStr::new("out.txt"), 0o640),
+                &mut from,
+                || Ok(()),
+                try_unnamed,
+            )
+            .unwrap();
+            let during = from.seen.unwrap();
+            let temporary = during.iter().any(|n| n.starts_with(".capgate-"));
+            assert_eq!(temporary, !try_unnamed, "{during:?}");
+            let names: Vec<String> = std::fs::read_dir(host.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(names, ["out.txt"]);
+            let path = host.path().join("out.txt");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), "new content");
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o640);
+        }
+    }
 
     fn change(path: &str, kind: ChangeKind) -> Change {
         Change {
