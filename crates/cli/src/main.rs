@@ -107,10 +107,11 @@ enum Command {
     /// each widening as `+ category: detail`, then ask on a terminal; without one, or with
     /// --check, change nothing and exit 4. --approve writes the new lock.
     Lock(lock::Args),
-    /// Run a workload in a sandbox whose only exit is the gateway: resolve the kits, gate
-    /// them against the lock, provision the rules, start the gateway and the kernel
-    /// sandbox, run install hooks under install grants, then the command under runtime
-    /// grants, and report what was refused. Each port a kit publishes (port@1) is
+    /// Run a workload in a sandbox whose only exit is the gateway.
+    ///
+    /// Resolves the kits, gates them against the lock, provisions the rules, starts the
+    /// gateway and the kernel sandbox, runs install hooks under install grants, then the
+    /// command under runtime grants, and reports what was refused. Each port a kit publishes (port@1) is
     /// reachable on the host's 127.0.0.1 at a port named on stderr while the run lasts, by
     /// the invoking user and root only; an
     /// ssh-agent@1 grant relays the host's agent (`SSH_AUTH_SOCK`), for listing keys and
