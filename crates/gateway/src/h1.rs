@@ -1112,7 +1112,10 @@ fn parse_version(version: &[u8]) -> Result<Version, H1Error> {
     }
 }
 
-fn parse_target(method: &str, target: &[u8]) -> Result<Target, H1Error> {
+/// A request target as HTTP/1.1 reads it (RFC 9112 §3.2), refusing what other parsers
+/// read differently (a `//` origin-form, bytes outside the target's grammar, broken
+/// percent escapes). HTTP/2's `:path` is held to the same.
+pub(crate) fn parse_target(method: &str, target: &[u8]) -> Result<Target, H1Error> {
     if !target.iter().copied().all(is_target_byte) || !percent_escapes_ok(target) {
         return Err(H1Error::InvalidTarget);
     }

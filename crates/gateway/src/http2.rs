@@ -142,7 +142,15 @@ pub(crate) async fn serve<C>(
             next = timeout(limits.idle_timeout, connection.accept()) => {
                 let (request, mut respond) = match next {
                     Ok(Some(Ok(next))) => next,
-                    Ok(Some(Err(_)) | None) => break,
+                    Ok(Some(Err(e))) => {
+                        // A connection h2 closed for the client's misbehaviour (a protocol
+                        // error, a flood of resets) is recorded; one the client closed is not.
+                        if let Some(v) = connection_refusal(&e) {
+                            gw.audit_verdict(host, port, &v, None, (0, 0));
+                        }
+                        break;
+                    }
+                    Ok(None) => break,
                     Err(_) if !tasks.is_empty() => continue,
                     Err(_) => break,
                 };
@@ -181,6 +189,24 @@ pub(crate) async fn serve<C>(
     }
     tasks.abort_all();
     ended.abort();
+}
+
+/// The refusal to record for an HTTP/2 connection that ended with `e`, if capgate's side
+/// ended it for the client's misbehaviour (a GOAWAY it sent with an error code).
+fn connection_refusal(e: &h2::Error) -> Option<Verdict> {
+    if e.is_remote() || e.is_io() {
+        return None;
+    }
+    let reason = e.reason().filter(|r| *r != h2::Reason::NO_ERROR)?;
+    let why = if reason == h2::Reason::ENHANCE_YOUR_CALM {
+        Reason::LimitExceeded
+    } else {
+        Reason::MalformedRequest
+    };
+    Some(Verdict::refused(
+        why,
+        format!("the HTTP/2 connection was closed by capgate: {e}"),
+    ))
 }
 
 impl Tunnel {
@@ -297,6 +323,22 @@ impl Tunnel {
             return Err((
                 400,
                 Verdict::refused(Reason::MalformedRequest, message),
+                format!("capgate: {message}\nreason: malformed_request\n"),
+            ));
+        }
+        // The `:path` as an HTTP/1.1 origin-form target (or `*` for OPTIONS) would be read:
+        // `//repos/x` is judged as `/repos/x` but routed as `/x` by WHATWG URL parsers.
+        if !matches!(
+            crate::h1::parse_target(parts.method.as_str(), path_and_query.as_bytes()),
+            Ok(crate::h1::Target::Origin(_) | crate::h1::Target::Asterisk)
+        ) {
+            let message = format!(
+                "the :path `{}` is not a request target with a single reading (origin form, not starting with `//`)",
+                path_and_query.escape_default()
+            );
+            return Err((
+                400,
+                Verdict::refused(Reason::MalformedRequest, message.clone()),
                 format!("capgate: {message}\nreason: malformed_request\n"),
             ));
         }

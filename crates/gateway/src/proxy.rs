@@ -1101,6 +1101,18 @@ impl Gateway {
             tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
         let start = match timeout(self.cfg().limits.head_timeout, acceptor).await {
             Ok(Ok(s)) => s,
+            // Bytes that are not a TLS handshake, to a host whose traffic must be read:
+            // nothing of them is forwarded.
+            Ok(Err(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
+                let v = Verdict::refused(
+                    Reason::InspectionRequired,
+                    format!(
+                        "this tunnel to `{host}:{port}` must be inspected, and its first bytes are not a TLS handshake capgate can read"
+                    ),
+                );
+                self.audit_verdict(host, port, &v, None, (0, 0));
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         let sni = start.client_hello().server_name().map(str::to_owned);

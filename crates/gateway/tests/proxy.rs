@@ -612,6 +612,25 @@ async fn bounded_rules_are_judged_per_request_inside_tls() {
     )
     .await;
     assert!(out.contains("HTTP/1.1 403"), "{out}");
+    // Cleartext through a tunnel to a host that must be inspected: refused, and recorded.
+    let port = h.ports["api.test"];
+    let answer = raw_exchange(
+        &h,
+        format!(
+            "CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test\r\n\r\nPOST /repos/x HTTP/1.1\r\nHost: api.test\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(!answer.contains("hello from"), "{answer}");
+    assert!(
+        recorded(&h)
+            .iter()
+            .any(|e| e.host == "api.test" && e.reason == Reason::InspectionRequired),
+        "{:?}",
+        recorded(&h)
+    );
     let seen = h.seen["api.test"].lock().unwrap().requests.clone();
     assert_eq!(
         seen.len(),
@@ -991,6 +1010,21 @@ async fn bounded_rules_are_judged_per_http2_stream() {
     .await;
     assert!(
         out.contains("HTTP/2 403") && out.ends_with("\n403 2\n"),
+        "{out}"
+    );
+    // `//repos/user/keys` is judged as `/repos/user/keys` but routed as `/user/keys` by
+    // WHATWG URL parsers: a :path without a single reading is refused, as HTTP/1.1's is.
+    let (_, out) = curl_h2(
+        &h,
+        &[
+            "-i",
+            "--path-as-is",
+            &url(&h, "https", "h2.test", "//repos/user/keys"),
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("HTTP/2 400") && out.contains("x-capgate-reason: malformed_request"),
         "{out}"
     );
     let seen = h.seen["h2.test"].lock().unwrap().requests.clone();
@@ -1396,6 +1430,45 @@ async fn an_http2_upload_that_stops_is_answered_408_and_recorded() {
         seen.iter().all(|r| !r.contains("(body 100 bytes)")),
         "{seen:?}"
     );
+}
+
+/// An HTTP/2 client that breaks the protocol (a DATA frame on stream 0) is sent GOAWAY by
+/// h2, and capgate records it; a client that merely closes its connection is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_closed_for_a_protocol_error_is_recorded() {
+    let h = harness(true).await;
+    let refused = |events: &[AuditEvent]| {
+        events
+            .iter()
+            .filter(|e| e.host == "h2open.test" && e.reason == Reason::MalformedRequest)
+            .count()
+    };
+    for broken in [false, true] {
+        let tcp = connect_through(&h, "h2open.test").await;
+        let name = rustls::pki_types::ServerName::try_from("h2open.test").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&h, &[b"h2"])))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        if broken {
+            bytes.extend_from_slice(&[0, 0, 1, 0, 0, 0, 0, 0, 0, b'x']);
+        }
+        tls.write_all(&bytes).await.unwrap();
+        if !broken {
+            tls.shutdown().await.unwrap();
+        }
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tls.read_to_end(&mut rest),
+        )
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let events = recorded(&h);
+        assert_eq!(refused(&events), usize::from(broken), "{events:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
