@@ -251,6 +251,13 @@ try:
 except OSError as err:
     print("refused", err.errno)
 ')"
+echo "mptcp=$(python3 -c '
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); print("created")
+except OSError as err:
+    print("refused", err.errno)
+')"
 echo "dns_refused=$(python3 -c '
 import socket
 try:
@@ -305,6 +312,8 @@ echo "install_env=$(cat /tmp/install-env)"
         p["raw_loopback"].starts_with("refused"),
         "the host's loopback is unreachable: {stdout}"
     );
+    // MPTCP would pass Landlock's TCP port rules: refused outright.
+    expect("mptcp", "refused 1");
     expect("dns_refused", "no such name");
     expect("workspace", "workspace file");
     // A hook's environment is the baseline plus what it declares: no sentinel, no other proxy.

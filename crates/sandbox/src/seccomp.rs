@@ -284,7 +284,48 @@ pub(crate) const DENY: &[Deny] = &[
         },
         why: "vsock reaches the hypervisor host and is not confined by the network namespace",
     },
+    Deny {
+        name: "socket",
+        nr: libc::SYS_socket,
+        when: When::Equals {
+            arg: 2,
+            values: &[IPPROTO_MPTCP],
+        },
+        why: "Landlock's TCP rules (ABI 4 to 7) do not see MPTCP sockets: connect and bind would pass the listener-port limit",
+    },
+    always(
+        "open_tree_attr",
+        SYS_OPEN_TREE_ATTR,
+        "new mount API (Linux 6.15): clones and reconfigures mounts, like open_tree",
+    ),
+    always(
+        "listmount",
+        SYS_LISTMOUNT,
+        "new mount API (Linux 6.8): lists mounts, host paths included",
+    ),
+    always(
+        "statmount",
+        SYS_STATMOUNT,
+        "new mount API (Linux 6.8): describes mounts, host paths included",
+    ),
 ];
+
+/// `IPPROTO_MPTCP`: an MPTCP socket is `socket(AF_INET{,6}, SOCK_STREAM, 262)`.
+const IPPROTO_MPTCP: u64 = 262;
+/// Numbers shared by x86_64 and the generic table (aarch64): new syscalls have one number.
+const SYS_STATMOUNT: i64 = 457;
+const SYS_LISTMOUNT: i64 = 458;
+const SYS_OPEN_TREE_ATTR: i64 = 467;
+
+/// x86-only calls denied besides [`DENY`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) const DENY_X86: &[Deny] = &[always(
+    "modify_ldt",
+    libc::SYS_modify_ldt,
+    "changes the process's segment descriptors; a path of past kernel exploits, unused by programs (Docker's profile denies it too)",
+)];
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) const DENY_X86: &[Deny] = &[];
 
 /// The set-user-ID and set-group-ID mode bits.
 const SETID_BITS: &[u64] = &[libc::S_ISUID as u64, libc::S_ISGID as u64];
@@ -498,6 +539,7 @@ fn x32_guard() -> BpfProgram {
 pub(crate) fn compile(exec_list: bool) -> Result<Programs, String> {
     let deny: Vec<Deny> = DENY
         .iter()
+        .chain(DENY_X86)
         .chain(DENY_SETID)
         .chain(DENY_SETID_LEGACY)
         .copied()
@@ -615,8 +657,12 @@ pub(crate) mod tests {
 
     #[test]
     fn every_always_entry_is_denied_and_its_neighbours_are_not() {
-        let denied: Vec<i64> = DENY.iter().map(|d| d.nr).collect();
-        for entry in DENY.iter().filter(|d| matches!(d.when, When::Always)) {
+        let denied: Vec<i64> = DENY.iter().chain(DENY_X86).map(|d| d.nr).collect();
+        for entry in DENY
+            .iter()
+            .chain(DENY_X86)
+            .filter(|d| matches!(d.when, When::Always))
+        {
             assert_eq!(verdict(entry.nr, [0; 6]), EPERM, "{}", entry.name);
             for n in [entry.nr - 1, entry.nr + 1] {
                 if !denied.contains(&n) && !ENOSYS.iter().any(|e| e.nr == n) {
@@ -624,6 +670,27 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    /// MPTCP sockets are refused; plain TCP (protocol 0 or 6) and UDP are not.
+    #[test]
+    fn mptcp_sockets_are_refused_and_tcp_is_not() {
+        let socket = |family: i32, kind: i32, protocol: u64| {
+            verdict(
+                libc::SYS_socket,
+                [family as u64, kind as u64, protocol, 0, 0, 0],
+            )
+        };
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(socket(family, libc::SOCK_STREAM, IPPROTO_MPTCP), EPERM);
+            assert_eq!(socket(family, libc::SOCK_STREAM, 0), ALLOW);
+            assert_eq!(
+                socket(family, libc::SOCK_STREAM, libc::IPPROTO_TCP as u64),
+                ALLOW
+            );
+            assert_eq!(socket(family, libc::SOCK_DGRAM, 0), ALLOW);
+        }
+        assert_eq!(socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0), EPERM);
     }
 
     #[test]
@@ -825,6 +892,7 @@ pub(crate) mod tests {
         assert!(ENOSYS.iter().any(|d| d.name == "clone3"));
         for entry in DENY
             .iter()
+            .chain(DENY_X86)
             .chain(ENOSYS)
             .chain(DENY_SETID)
             .chain(DENY_SETID_LEGACY)
