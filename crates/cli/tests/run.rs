@@ -127,6 +127,19 @@ impl Env {
         std::fs::write(self.path(dir).join("kit.yaml"), yaml).unwrap();
     }
 
+    /// Starts `capgate ARGS` in the workspace (stdin empty, stdout piped, stderr as given).
+    fn spawn(&self, args: &[&str], stderr: Stdio) -> std::process::Child {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(self.path("ws"))
+            .env("CAPGATE_HOME", self.path("home"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
+    }
+
     /// `capgate secret set SERVICE` with `value` on stdin; it must succeed.
     fn set_secret(&self, service: &str, value: &str) {
         let o = self.capgate(&["secret", "set", service], Some(value));
@@ -898,14 +911,10 @@ d, peer = u.recvfrom(64); u.sendto(b'udp:' + d, peer)
 print('served', flush=True)
 "#;
     let kit = env.path("k").display().to_string();
-    let mut child = Command::new(BIN)
-        .args(["run", "--kit", &kit, "--", "python3", "-c", server])
-        .current_dir(env.path("ws"))
-        .env("CAPGATE_HOME", env.path("home"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(
+        &["run", "--kit", &kit, "--", "python3", "-c", server],
+        Stdio::piped(),
+    );
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     // The published addresses come before the workload starts.
@@ -1256,24 +1265,19 @@ fn what_a_killed_run_leaves_is_reclaimed_and_nothing_else() {
         n.sort();
         n
     };
-    // Starts a run and waits for its workload; the run's own name, the child.
+    // Starts a run and waits for its workload.
     let start = |extra: &[&str]| {
-        let mut child = Command::new(BIN)
-            .arg("run")
-            .args(extra)
-            .args([
-                "--workspace",
-                &ws,
-                "--",
-                "sh",
-                "-c",
-                "echo started; sleep 30",
-            ])
-            .env("CAPGATE_HOME", env.path("home"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut args = vec!["run"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--workspace",
+            &ws,
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 30",
+        ]);
+        let mut child = env.spawn(&args, Stdio::null());
         let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut first = String::new();
         std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
@@ -1351,6 +1355,101 @@ fn what_a_killed_run_leaves_is_reclaimed_and_nothing_else() {
     let mut expected = vec![copy_back[0].clone(), "run-abcdef".to_owned()];
     expected.sort();
     assert_eq!(listed(), expected);
+}
+
+/// Python that takes every inotify instance and queued real-time signal it may, prints the
+/// counts and `holding`, and keeps them while it sleeps.
+const TAKE_QUOTAS: &str = r#"
+import ctypes, signal, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 100000:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    fds.append(fd)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+queued = 0
+while queued < 1000000:
+    try:
+        # tgkill, held to RLIMIT_SIGPENDING (kill(2) is not)
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)
+    except OSError:
+        break
+    queued += 1
+print("inotify=%d" % len(fds))
+print("signals=%d" % queued)
+print("holding", flush=True)
+time.sleep(5)
+"#;
+
+/// Whether this process can make an inotify instance and queue `n` real-time signals (the
+/// invoking user's per-user quotas are not used up).
+fn host_quotas_left(n: usize) -> bool {
+    let probe = format!(
+        r#"
+import ctypes, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+ok = libc.inotify_init() >= 0
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+try:
+    for _ in range({n}):
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)
+except OSError:
+    ok = False
+print("ok" if ok else "exhausted")
+"#
+    );
+    let o = Command::new("python3")
+        .args(["-c", &probe])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim() == "ok"
+}
+
+/// The workload shares the invoking user's per-user kernel quotas, it does not get them
+/// all: while it holds every inotify instance and queued signal it may, the host user can
+/// still make one and queue signals. Inside, each user may have a quarter of the host's
+/// inotify instances and half of its queued signals.
+#[test]
+fn a_workload_cannot_use_up_the_invoking_users_quotas() {
+    let read = |f: &str| -> u64 { std::fs::read_to_string(f).unwrap().trim().parse().unwrap() };
+    let host_instances = read("/proc/sys/user/max_inotify_instances");
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let host_signals: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max pending signals"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    if !host_quotas_left(100) {
+        eprintln!("skipped: this user's inotify or signal quota is used up already");
+        return;
+    }
+    let env = setup();
+    std::fs::write(env.path("ws/take.py"), TAKE_QUOTAS).unwrap();
+    let mut child = env.spawn(&["run", "--", "python3", "take.py"], Stdio::piped());
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    while !said.ends_with("holding\n") {
+        if std::io::BufRead::read_line(&mut stdout, &mut said).unwrap() == 0 {
+            break;
+        }
+    }
+    // The workload holds what it could take: the host user still has room.
+    let host_ok = host_quotas_left(100);
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{said}{stderr}");
+    let p = probes(&said);
+    let inside: u64 = p["inotify"].parse().unwrap();
+    let signals: u64 = p["signals"].parse().unwrap();
+    assert!(inside > 0 && inside <= host_instances / 4, "{said}");
+    assert!(signals > 0 && signals <= host_signals / 2, "{said}");
+    assert!(
+        host_ok,
+        "the workload used up the host user's quota: {said}"
+    );
 }
 
 /// A workload that fills the disk holding the data directory (its copy-mode writes land
@@ -1598,8 +1697,8 @@ done
     );
     std::fs::write(env.path("ws/probe.sh"), &script).unwrap();
     let upstream_ca = env.path("upstream-ca/ca.pem");
-    let run = Command::new(BIN)
-        .args([
+    let run = env.spawn(
+        &[
             "run",
             "--kit",
             env.path("kit").to_str().unwrap(),
@@ -1610,14 +1709,9 @@ done
             "--",
             "sh",
             "probe.sh",
-        ])
-        .current_dir(env.path("ws"))
-        .env("CAPGATE_HOME", env.path("home"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::piped(),
+    );
     let carried = |seen: &Seen, what: &str| {
         seen.lock()
             .unwrap()

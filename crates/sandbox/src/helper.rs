@@ -202,6 +202,17 @@ fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
     Ok(())
 }
 
+/// This process's soft limit of `quota` (`None`: unlimited, or unreadable).
+fn current_rlimit(quota: crate::kernel::UserQuota) -> Option<u64> {
+    use rustix::process::{Resource, getrlimit};
+    let resource = match quota {
+        crate::kernel::UserQuota::SigPending => Resource::Sigpending,
+        crate::kernel::UserQuota::MsgQueue => Resource::Msgqueue,
+        crate::kernel::UserQuota::Memlock => Resource::Memlock,
+    };
+    getrlimit(resource).current
+}
+
 /// Removes a leftover cgroup of a previous sandbox with the same name, if it is empty.
 fn clear_stale_cgroups(dirs: &[PathBuf], name: &str) -> Result<(), RemoteError> {
     for dir in dirs {
@@ -315,7 +326,12 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
     );
     tryh!(clear_stale_cgroups(&cg.dirs, &spec.name));
     let mut k = Linux::default();
-    let before = plan::helper_effects_before_clone(&cg, uid == 0);
+    // The invoking user's per-user limits, of which the sandbox gets a share.
+    let rlimits: Vec<_> = plan::USER_QUOTAS
+        .iter()
+        .map(|&(quota, _)| (quota, current_rlimit(quota)))
+        .collect();
+    let before = plan::helper_effects_before_clone(&cg, uid == 0, &rlimits);
     for (step, effect) in &before {
         match k.apply(effect) {
             Ok(Applied::Absent) => {

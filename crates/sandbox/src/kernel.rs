@@ -40,6 +40,10 @@ pub(crate) enum Effect {
     // ---- helper (host side, before and after creating the init) ----
     /// `setgroups(0, NULL)`: the init must not carry the invoker's supplementary groups.
     ClearSupplementaryGroups,
+    /// Lower a per-user resource limit (soft and hard) before the user namespace exists:
+    /// the namespace keeps it as its bound on what all of it may charge to the invoking
+    /// user, whose quota the workload would otherwise share to the last unit.
+    LowerRlimit { quota: UserQuota, limit: u64 },
     /// Write `+pids +memory` to a v2 `cgroup.subtree_control`.
     CgroupEnableControllers { dir: PathBuf, controllers: String },
     /// `mkdir -p` a cgroup.
@@ -138,6 +142,10 @@ pub(crate) enum Effect {
     Listen(ListenerSpec),
     /// Write `/proc/self/oom_score_adj` (raising it needs no privilege).
     OomScoreAdj(i32),
+    /// Write one of the sandbox's user namespace limits (`/proc/sys/user/max_*`, as the
+    /// sandbox's proc shows them): what each of its users may charge to the invoking user's
+    /// count of the same kind. A limit this kernel lacks is `Absent`.
+    UserNamespaceLimit { file: PathBuf, value: u64 },
     /// `PR_SET_DUMPABLE(0)`: /proc/<pid> of this process is closed to others.
     SetDumpable(bool),
     /// Empty the capability bounding set.
@@ -176,6 +184,18 @@ pub(crate) enum Effect {
         argv: Vec<String>,
         env: Vec<String>,
     },
+}
+
+/// A per-user resource limit (`setrlimit`) counted for the real user across every process
+/// it has, sandboxes included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UserQuota {
+    /// `RLIMIT_SIGPENDING`: queued signals (and POSIX timers).
+    SigPending,
+    /// `RLIMIT_MSGQUEUE`: bytes of POSIX message queues.
+    MsgQueue,
+    /// `RLIMIT_MEMLOCK`: locked memory.
+    Memlock,
 }
 
 /// What applying an effect produced.

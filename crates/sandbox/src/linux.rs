@@ -898,6 +898,30 @@ impl Kernel for Linux {
             Effect::NewSession => {
                 nix::unistd::setsid().map_err(io::Error::from)?;
             }
+            Effect::LowerRlimit { quota, limit } => {
+                use rustix::process::{Resource, Rlimit, setrlimit};
+                let resource = match quota {
+                    crate::kernel::UserQuota::SigPending => Resource::Sigpending,
+                    crate::kernel::UserQuota::MsgQueue => Resource::Msgqueue,
+                    crate::kernel::UserQuota::Memlock => Resource::Memlock,
+                };
+                let limit = Rlimit {
+                    current: Some(*limit),
+                    maximum: Some(*limit),
+                };
+                setrlimit(resource, limit).map_err(io::Error::from)?;
+            }
+            Effect::UserNamespaceLimit { file, value } => {
+                match std::fs::OpenOptions::new().write(true).open(file) {
+                    Ok(mut f) => {
+                        use std::io::Write as _;
+                        f.write_all(value.to_string().as_bytes())
+                            .map_err(|e| with_path(e, "write", file))?;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Applied::Absent),
+                    Err(e) => return Err(with_path(e, "open", file)),
+                }
+            }
             Effect::OomScoreAdj(value) => {
                 let path = Path::new("/proc/self/oom_score_adj");
                 std::fs::write(path, value.to_string()).map_err(|e| with_path(e, "write", path))?;

@@ -10,7 +10,7 @@ use nix::mount::MsFlags;
 use crate::cgroup;
 use crate::error::Step;
 use crate::idmap::IdMaps;
-use crate::kernel::{Effect, IdKind, LandlockRules};
+use crate::kernel::{Effect, IdKind, LandlockRules, UserQuota};
 use crate::policy::{
     DEV_NODES, DEVICE_WRITE_GRANTS, HOST_ETC, PROC_MASKED_DIRS, PROC_MASKED_FILES, PROC_READ_ONLY,
     SYSTEM_DIRS, WRITE_ROOTS,
@@ -56,7 +56,40 @@ pub(crate) struct HostView {
     pub proc_masked_dirs: Vec<&'static str>,
     /// The host's CA bundle ([`SYSTEM_ROOTS`]), empty when it has none.
     pub system_roots: Vec<u8>,
+    /// The invoking user's per-user limits of [`USER_NS_LIMITS`] that this kernel has.
+    pub user_ns_limits: Vec<(&'static str, u64)>,
 }
+
+/// Per-user kernel counts (`/proc/sys/user`) the sandbox's users charge to the invoking
+/// user: inotify instances and watches, fanotify groups and marks. Without a bound of its
+/// own, a workload could take them all (an editor's file watcher on the host then fails).
+pub(crate) const USER_NS_LIMITS: &[&str] = &[
+    "max_inotify_instances",
+    "max_inotify_watches",
+    "max_fanotify_groups",
+    "max_fanotify_marks",
+];
+
+/// What each user inside (root and the agent) may charge of a per-user count whose host
+/// limit is `host`: a quarter, so the sandbox as a whole leaves the invoking user half.
+pub(crate) fn user_ns_share(host: u64) -> u64 {
+    (host / 4).max(1)
+}
+
+/// The sandbox's share of a per-user resource limit whose soft value for the invoking user
+/// is `current` (`None`: unlimited): half, and no more than `cap`. Set before the user
+/// namespace exists, it also bounds what the whole namespace may charge to that user.
+pub(crate) fn rlimit_share(current: Option<u64>, cap: u64) -> u64 {
+    current.map_or(cap, |c| (c / 2).max(1)).min(cap)
+}
+
+/// The per-user resource limits lowered for the sandbox, each with its cap when the
+/// invoking user has none: queued signals, message-queue bytes, locked memory.
+pub(crate) const USER_QUOTAS: &[(UserQuota, u64)] = &[
+    (UserQuota::SigPending, 1 << 16),
+    (UserQuota::MsgQueue, 819_200),
+    (UserQuota::Memlock, 64 << 20),
+];
 
 /// The host's bundle of trusted roots (Debian's path, which other distributions also link).
 const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -144,6 +177,13 @@ impl HostView {
             proc_masked_files: names(PROC_MASKED_FILES, "/proc"),
             proc_masked_dirs: names(PROC_MASKED_DIRS, "/proc"),
             system_roots: read_bounded(&at(SYSTEM_ROOTS), MAX_SYSTEM_ROOTS),
+            user_ns_limits: USER_NS_LIMITS
+                .iter()
+                .filter_map(|name| {
+                    let text = std::fs::read_to_string(at("/proc/sys/user").join(name)).ok()?;
+                    Some((*name, text.trim().parse().ok()?))
+                })
+                .collect(),
         }
     }
 }
@@ -525,6 +565,14 @@ pub(crate) fn init_effects(
         NOSUID_NODEV | MsFlags::MS_NOEXEC,
         String::new(),
     ));
+    // The per-user counts of the sandbox's user namespace, written while /proc/sys is
+    // still writable (and the init still holds CAP_SYS_RESOURCE there).
+    for &(name, value) in &host.user_ns_limits {
+        push(Effect::UserNamespaceLimit {
+            file: r("/proc/sys/user").join(name),
+            value: user_ns_share(value),
+        });
+    }
     for name in &host.proc_read_only {
         let p = r("/proc").join(name);
         push(bind(p.clone(), p.clone()));
@@ -870,8 +918,22 @@ pub(crate) fn helper_effects_after_clone(
 pub(crate) fn helper_effects_before_clone(
     cgroup_plan: &cgroup::Plan,
     is_root: bool,
+    rlimits: &[(UserQuota, Option<u64>)],
 ) -> Vec<(Step, Effect)> {
     let mut out = Vec::new();
+    for &(quota, current) in rlimits {
+        let cap = USER_QUOTAS
+            .iter()
+            .find(|(q, _)| *q == quota)
+            .map_or(u64::MAX, |(_, cap)| *cap);
+        out.push((
+            Step::Namespaces,
+            Effect::LowerRlimit {
+                quota,
+                limit: rlimit_share(current, cap),
+            },
+        ));
+    }
     for op in &cgroup_plan.ops {
         let effect = match op {
             cgroup::Op::EnableControllers { dir, controllers } => Effect::CgroupEnableControllers {
@@ -1026,8 +1088,19 @@ mod tests {
             proc_masked_files: vec!["kcore"],
             proc_masked_dirs: vec!["acpi"],
             system_roots: Vec::new(),
+            user_ns_limits: vec![
+                ("max_inotify_instances", 128),
+                ("max_inotify_watches", 65536),
+            ],
         }
     }
+
+    /// The invoking user's limits the tests start from (message queues unlimited).
+    const RLIMITS: &[(UserQuota, Option<u64>)] = &[
+        (UserQuota::SigPending, Some(96_551)),
+        (UserQuota::MsgQueue, None),
+        (UserQuota::Memlock, Some(8 << 20)),
+    ];
 
     /// Runs the whole start choreography (helper, then init) against the recorder.
     fn recorded(mode: WorkspaceMode) -> Vec<Effect> {
@@ -1067,7 +1140,7 @@ mod tests {
         };
         let cg = cgroup::plan(&layout, &s.name, 1024, (None, None), false).unwrap();
         let mut k = Recorder::default();
-        for (_, e) in helper_effects_before_clone(&cg, is_root)
+        for (_, e) in helper_effects_before_clone(&cg, is_root, RLIMITS)
             .into_iter()
             .chain(helper_effects_after_clone(42, maps, &cg, born_in_v2))
             .chain(init_effects(
@@ -1733,5 +1806,67 @@ mod tests {
         );
         assert!(view.system_dirs.contains(&("/usr", SystemDir::Dir)));
         assert!(view.system_dirs.contains(&("/lib32", SystemDir::Absent)));
+    }
+
+    /// The sandbox's users share the invoking user's per-user quotas: the rlimits are
+    /// lowered to half before the user namespace exists (which keeps them as its bound),
+    /// and the namespace's own counts are set to a quarter per user while /proc/sys is
+    /// writable and the init still holds its capabilities.
+    #[test]
+    fn per_user_quotas_are_shared_not_handed_over() {
+        let fx = recorded(WorkspaceMode::Copy);
+        let lowered: Vec<(UserQuota, u64)> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::LowerRlimit { quota, limit } => Some((*quota, *limit)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            lowered,
+            [
+                (UserQuota::SigPending, 48_275),
+                (UserQuota::MsgQueue, 819_200),
+                (UserQuota::Memlock, 4 << 20),
+            ]
+        );
+        let last_rlimit = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::LowerRlimit { .. }))
+            .unwrap();
+        let first_init = position(&fx, |e| matches!(e, Effect::SetParentDeathSignal));
+        assert!(last_rlimit < first_init, "before the clone");
+        let limit = |name: &str| {
+            position(&fx, |e| {
+                matches!(e, Effect::UserNamespaceLimit { file, value }
+                    if *file == Path::new("/state/box/root/proc/sys/user").join(name)
+                        && *value == if name == "max_inotify_instances" { 32 } else { 16384 })
+            })
+        };
+        let proc_mount = position(&fx, |e| {
+            matches!(
+                e,
+                Effect::Mount {
+                    fstype: Some("proc"),
+                    ..
+                }
+            )
+        });
+        let proc_sys_read_only = position(
+            &fx,
+            |e| matches!(e, Effect::Remount { target, .. } if target.ends_with("proc/sys")),
+        );
+        let caps_dropped = position(&fx, |e| matches!(e, Effect::DropBoundingSet));
+        for name in ["max_inotify_instances", "max_inotify_watches"] {
+            let at = limit(name);
+            assert!(
+                proc_mount < at && at < proc_sys_read_only && at < caps_dropped,
+                "{name}"
+            );
+        }
+        assert_eq!(rlimit_share(Some(1), 10), 1);
+        assert_eq!(rlimit_share(Some(100), 10), 10);
+        assert_eq!(rlimit_share(None, 10), 10);
+        assert_eq!(user_ns_share(3), 1);
     }
 }
