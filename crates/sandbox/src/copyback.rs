@@ -327,6 +327,18 @@ pub const RUNNERS: &[Runner] = &[
         "gradle-wrapper.properties",
         "the Gradle distribution the wrapper downloads and runs, an IDE's import included",
     ),
+    runner(
+        "gradle.properties",
+        "org.gradle.jvmargs starts Gradle's JVM with any option (-javaagent), an IDE's import included",
+    ),
+    runner(
+        ".mvn",
+        "Maven reads jvm.config (JVM options, -javaagent), maven.config, extensions.xml (plugins it loads) and the wrapper's distribution URL from here",
+    ),
+    runner(
+        ".bazelrc",
+        "options of every bazel command: --workspace_status_command and --run_under name programs it runs",
+    ),
 ];
 
 /// Why a change must be diverted rather than applied (it is a symbolic link, or matches
@@ -345,10 +357,16 @@ pub fn divert_reason<'a>(change: &Change, also: &'a [(PathBuf, &'a str)]) -> Opt
     {
         return Some(reason);
     }
-    if change.path.file_name() == Some(OsStr::new("HEAD")) {
+    if change.path.file_name().is_some_and(is_head) {
         return Some(GIT_DIR_REASON);
     }
     runner_reason(&change.path)
+}
+
+/// Whether `name` is `HEAD` in any letter case: on a case-insensitive file system (ext4
+/// casefold, or a tree later synced to macOS or Windows) `head` is git's `HEAD`.
+fn is_head(name: &OsStr) -> bool {
+    name.as_bytes().eq_ignore_ascii_case(b"HEAD")
 }
 
 /// Git takes a directory holding a `HEAD` file (with `objects` and `refs`) for a
@@ -742,7 +760,7 @@ fn guarded_beneath(dir: &OwnedFd, name: &OsStr, rel: &Path) -> io::Result<Option
         for child in crate::remove::names_in(&fd, budget)? {
             budget = budget.saturating_sub(1);
             let shown = rel.join(at.strip_prefix(name).unwrap_or(&at)).join(&child);
-            if budget == 0 || runner_reason(&shown).is_some() || child == "HEAD" {
+            if budget == 0 || runner_reason(&shown).is_some() || is_head(&child) {
                 return Ok(Some(shown));
             }
             let st = rustix::fs::statat(&fd, &child, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -1114,6 +1132,15 @@ mod tests {
             ".mcp.json",
             ".npmrc",
             "lefthook.yml",
+            // a planted repository's HEAD in another case (case-insensitive file systems),
+            // build tools' JVM options and command hooks
+            "bare/head",
+            "gradle.properties",
+            "sub/gradle.properties",
+            ".mvn/jvm.config",
+            ".mvn/extensions.xml",
+            ".mvn/wrapper/maven-wrapper.properties",
+            ".bazelrc",
         ] {
             assert!(divert_reason(&file(path), &[]).is_some(), "{path}");
         }
@@ -1126,6 +1153,9 @@ mod tests {
             "README.md",
             "src/head.rs",
             "head/notes.md",
+            "docs/mvn.md",
+            "gradle.properties.md",
+            "bazelrc.txt",
             "config/app.toml",
             "pth.txt",
             "cargo/notes.md",
