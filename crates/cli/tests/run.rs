@@ -176,6 +176,85 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Runs `capgate run ARGS -- sh -c 'echo ready; exec sleep 30'` and, once the workload
+    /// is ready, reads its cgroups as the host sees them (`/proc/PID/cgroup` of the `sleep`,
+    /// a descendant of the run; inside, a cgroup namespace shows `/`), then ends the run.
+    /// Returns those cgroups (empty if it never got ready), the exit code when the run
+    /// ended on its own, and its stderr.
+    fn host_cgroups_of_workload(&self, args: &[&str]) -> (String, Option<i32>, String) {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", "sh", "-c", "echo ready; exec sleep 30"]);
+        let mut child = self.spawn(&all, Stdio::piped());
+        let stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        if ready != "ready\n" {
+            let code = child.wait().unwrap().code();
+            return (String::new(), code, stderr.join().unwrap());
+        }
+        // `ready` comes just before the shell turns into `sleep`.
+        let started = std::time::Instant::now();
+        let sleep = loop {
+            let found = descendants(child.id()).into_iter().find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n")
+            });
+            if let Some(pid) = found {
+                break pid;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the workload's sleep is not among the run's processes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let cgroups = std::fs::read_to_string(format!("/proc/{sleep}/cgroup")).unwrap();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        child.wait().unwrap();
+        (cgroups, None, stderr.join().unwrap())
+    }
+}
+
+/// Every process descended from `pid`, as the host's /proc shows them.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // After the command's name in parentheses: state, then the parent's pid.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.split_off(1)
+}
+
 /// Asserts that probe `k` printed `v`, showing the run's whole output when it did not.
 fn expect_probe(
     p: &std::collections::BTreeMap<String, String>,
@@ -264,6 +343,7 @@ try:
 except OSError as err:
     print("refused", err.errno)
 ')"
+echo "cgroups=$(cut -d: -f3 /proc/self/cgroup | sort -u | paste -sd, -)"
 echo "mptcp=$(python3 -c '
 import socket
 try:
@@ -325,6 +405,8 @@ echo "install_env=$(cat /tmp/install-env)"
         p["raw_loopback"].starts_with("refused"),
         "the host's loopback is unreachable: {stdout}"
     );
+    // Its own cgroups are the root of what it sees: no host cgroup path.
+    expect("cgroups", "/");
     // MPTCP would pass Landlock's TCP port rules: refused outright.
     expect("mptcp", "refused 1");
     expect("dns_refused", "no such name");
@@ -494,15 +576,15 @@ fn a_kit_memory_limit_is_applied_or_the_run_refused() {
             "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{memory: \"{memory}\"}}\n"
         )
     };
-    let (code, stdout, stderr) = env.run_kit(
-        "frac",
-        &kit("1.5g"),
-        &["sh", "-c", "grep -E ':memory:|^0::' /proc/self/cgroup"],
-    );
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    env.write_kit("frac", &kit("1.5g"));
+    let frac = env.path("frac").display().to_string();
+    let (cgroups, code, stderr) = env.host_cgroups_of_workload(&["--kit", &frac]);
+    assert_eq!(code, None, "{stderr}");
     assert!(
-        stdout.contains("capgate/run-"),
-        "the workload is not in its own memory cgroup: {stdout}"
+        cgroups
+            .lines()
+            .any(|l| (l.contains(":memory:") || l.starts_with("0::")) && l.contains("capgate/run-")),
+        "the workload is not in its own memory cgroup: {cgroups}"
     );
 
     let (code, stdout, stderr) = env.run_kit("zero", &kit("0"), &["true"]);
@@ -521,22 +603,29 @@ fn a_kit_cpu_limit_is_applied_and_a_gpu_request_is_named() {
             "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/resources@1\n    config: {{{resources}}}\n"
         )
     };
-    let cpu_line = "grep -E ':cpu[,:]|^0::' /proc/self/cgroup";
-    let (code, stdout, stderr) =
-        env.run_kit("half", &kit("cpu: 0.5, gpu: all"), &["sh", "-c", cpu_line]);
+    // The cpu controller's line (v1) or the unified one (v2) names a cgroup of capgate's.
+    let in_cpu_cgroup = |cgroups: &str| {
+        cgroups.lines().any(|l| {
+            (l.contains(":cpu,") || l.contains(":cpu:") || l.starts_with("0::"))
+                && l.contains("capgate/run-")
+        })
+    };
+    env.write_kit("half", &kit("cpu: 0.5, gpu: all"));
+    let half = env.path("half").display().to_string();
+    let (cgroups, code, stderr) = env.host_cgroups_of_workload(&["--kit", &half]);
     let host = capgate_sandbox::probe_host();
     let cpu = host.check(capgate_sandbox::Feature::CpuLimit).unwrap();
     if cpu.availability == capgate_sandbox::Availability::Missing {
         // A host without the controller refuses the run, saying what is missing.
-        assert_eq!(code, Some(125), "{stdout}{stderr}");
+        assert_eq!(code, Some(125), "{stderr}");
         assert!(stderr.contains("`cpu`"), "{stderr}");
         eprintln!("this host has no cpu controller; checked the refusal only:\n{host}");
         return;
     }
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(code, None, "{stderr}");
     assert!(
-        stdout.contains("capgate/run-"),
-        "the workload is not in its own cpu cgroup: {stdout}"
+        in_cpu_cgroup(&cgroups),
+        "the workload is not in its own cpu cgroup: {cgroups}"
     );
     assert!(
         stderr.contains("resources@1 gpu `all` is accepted but not provided"),
@@ -544,35 +633,24 @@ fn a_kit_cpu_limit_is_applied_and_a_gpu_request_is_named() {
     );
 
     // The twin: no cpu asked (0), no cpu cgroup of capgate's, and nothing said about a gpu.
-    let (code, stdout, stderr) = env.run_kit("none", &kit("cpu: 0"), &["sh", "-c", cpu_line]);
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    env.write_kit("none", &kit("cpu: 0"));
+    let none = env.path("none").display().to_string();
+    let (cgroups, code, stderr) = env.host_cgroups_of_workload(&["--kit", &none]);
+    assert_eq!(code, None, "{stderr}");
     assert!(
-        !stdout
+        !cgroups
             .lines()
-            .any(|l| l.contains(":cpu") && l.contains("capgate/")),
-        "{stdout}"
+            .any(|l| (l.contains(":cpu,") || l.contains(":cpu:")) && l.contains("capgate/")),
+        "{cgroups}"
     );
     assert!(!stderr.contains("gpu"), "{stderr}");
 
     // --cpus on the command line, without any kit.
     let ws = env.path("ws").display().to_string();
-    let o = env.capgate(
-        &[
-            "run",
-            "--workspace",
-            &ws,
-            "--cpus",
-            "0.25",
-            "--",
-            "sh",
-            "-c",
-            cpu_line,
-        ],
-        None,
-    );
-    let (stdout, stderr) = out(&o);
-    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("capgate/run-"), "{stdout}");
+    let (cgroups, code, stderr) =
+        env.host_cgroups_of_workload(&["--workspace", &ws, "--cpus", "0.25"]);
+    assert_eq!(code, None, "{stderr}");
+    assert!(in_cpu_cgroup(&cgroups), "{cgroups}");
     let o = env.capgate(
         &["run", "--workspace", &ws, "--cpus", "0", "--", "true"],
         None,

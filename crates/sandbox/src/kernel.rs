@@ -54,6 +54,9 @@ pub(crate) enum Effect {
     CgroupAddProcess { dir: PathBuf, pid: i32 },
     /// The calling (single-threaded) process joins a v1 cgroup: `0` to its `tasks`.
     CgroupJoinSelf(PathBuf),
+    /// `unshare(CLONE_NEWCGROUP)`, once in the sandbox's cgroups: `/proc/self/cgroup`
+    /// inside shows `/`, not the host's cgroup paths.
+    NewCgroupNamespace,
     /// Remove a cgroup directory.
     CgroupRemove(PathBuf),
     /// `echo deny > /proc/<pid>/setgroups`.

@@ -678,6 +678,10 @@ impl Kernel for Linux {
             Effect::CgroupRemove(dir) => {
                 std::fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir", dir))?;
             }
+            Effect::NewCgroupNamespace => {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+                    .map_err(|e| other(format!("unshare(CLONE_NEWCGROUP): {e}")))?;
+            }
             Effect::DenySetgroups { pid } => {
                 let path = PathBuf::from(format!("/proc/{pid}/setgroups"));
                 std::fs::write(&path, "deny").map_err(|e| with_path(e, "write", &path))?;

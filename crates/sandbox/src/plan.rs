@@ -416,6 +416,8 @@ pub(crate) fn init_effects(
     for dir in v1_cgroups {
         out.push((Step::Cgroup, Effect::CgroupJoinSelf(dir.clone())));
     }
+    // In its cgroups now (v2: born there): they become the root of what it shows.
+    out.push((Step::Cgroup, Effect::NewCgroupNamespace));
     out.push((Step::IdMap, Effect::SetIds { uid: 0, gid: 0 }));
     // Changing ids resets the parent-death signal: set it again (the lifeline pipe covers
     // the helper dying in between).
@@ -1868,5 +1870,21 @@ mod tests {
         assert_eq!(rlimit_share(Some(100), 10), 10);
         assert_eq!(rlimit_share(None, 10), 10);
         assert_eq!(user_ns_share(3), 1);
+    }
+
+    /// The init makes its cgroup namespace once it is in its cgroups (v1: joined; v2: born
+    /// there), so /proc/self/cgroup inside shows `/`, never a host path.
+    #[test]
+    fn the_cgroup_namespace_is_made_inside_the_sandboxs_cgroups() {
+        let fx = recorded(WorkspaceMode::Copy);
+        // The cgroup namespace is made once the init is in its cgroups.
+        let joined = fx
+            .iter()
+            .rposition(|e| matches!(e, Effect::CgroupJoinSelf(_)))
+            .unwrap();
+        let cgroup_ns = position(&fx, |e| matches!(e, Effect::NewCgroupNamespace));
+        assert!(
+            joined < cgroup_ns && cgroup_ns < position(&fx, |e| matches!(e, Effect::PivotRoot(_)))
+        );
     }
 }
