@@ -273,13 +273,15 @@ pub fn diff_widenings(granted: &Surface, candidate: &Surface) -> Vec<Widening> {
             "the whole workspace (no list)",
         ),
     );
+    // Programs are held to their exact paths: a file listed beneath a granted directory
+    // brings the interpreter it names (`#!`, an ELF loader) and, a link, its target.
     report(
         Category::ExecAllow,
-        place_widenings(
-            g.exec_allow.as_deref(),
-            c.exec_allow.as_deref(),
-            "any program (no list)",
-        ),
+        match (g.exec_allow.as_deref(), c.exec_allow.as_deref()) {
+            (None, _) => Vec::new(),
+            (Some(_), None) => vec!["any program (no list)".to_owned()],
+            (Some(granted), Some(candidate)) => missing_from(granted, candidate),
+        },
     );
     // A tier promises; a less trusting one (or none, which binds like `unrestricted`)
     // takes a promise back.
@@ -320,7 +322,7 @@ fn egress_widenings(granted: &[String], candidate: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Places (write places, programs) the candidate grants beyond the granted ones: a path
+/// Places (write places, read paths) the candidate grants beyond the granted ones: a path
 /// beneath no granted path, or (no list at all, said as `unlisted`) everything, which holds
 /// every list.
 fn place_widenings(
@@ -821,5 +823,41 @@ mod tests {
             ])
         );
         assert!(diff_widenings(&candidate, &granted).is_empty());
+    }
+
+    /// A write place beneath a granted one widens nothing; a program does, even beneath a
+    /// granted directory: a listed file brings the interpreter its `#!` line or ELF header
+    /// names, and a link its target.
+    #[test]
+    fn programs_are_held_to_their_exact_paths_and_places_to_their_ancestors() {
+        let granted = Surface {
+            filesystem_write: Some(strings(&["/home/agent/out"])),
+            exec_allow: Some(strings(&["/usr/lib/git-core"])),
+            ..Surface::default()
+        };
+        let candidate = Surface {
+            filesystem_write: Some(strings(&["/home/agent/out", "/home/agent/out/sub"])),
+            exec_allow: Some(strings(&[
+                "/usr/lib/git-core",
+                "/usr/lib/git-core/git-bisect",
+            ])),
+            ..Surface::default()
+        };
+        let got: Vec<String> = diff_widenings(&granted, &candidate)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(got, strings(&["exec.allow: /usr/lib/git-core/git-bisect"]));
+        // No list at all grants any program; no list before, nothing is wider.
+        let unlisted = Surface::default();
+        let got: Vec<String> = diff_widenings(&granted, &unlisted)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            got.contains(&"exec.allow: any program (no list)".to_owned()),
+            "{got:?}"
+        );
+        assert!(diff_widenings(&unlisted, &candidate).is_empty());
     }
 }

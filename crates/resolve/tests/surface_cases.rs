@@ -515,8 +515,9 @@ proptest! {
         );
     }
 
-    /// An exec allowlist narrows like write places: a program beneath no granted one, or
-    /// dropping the list, widens.
+    /// An exec allowlist narrows by exact paths: a program not granted as such (even one
+    /// beneath a granted directory, which brings its own interpreter), or dropping the
+    /// list, widens.
     #[test]
     fn programs_widen_only_beyond_the_granted_ones(s in any_surface()) {
         let with = |programs: Option<&[&str]>| {
@@ -532,7 +533,11 @@ proptest! {
                 .collect()
         };
         let granted: &[&str] = &["/usr/bin/python3", "/opt/pack/bin"];
-        prop_assert!(widened(Some(granted), Some(&["/opt/pack/bin/tool"])).is_empty());
+        prop_assert!(widened(Some(granted), Some(&["/opt/pack/bin"])).is_empty());
+        prop_assert_eq!(
+            widened(Some(granted), Some(&["/opt/pack/bin/tool"])),
+            ["/opt/pack/bin/tool"]
+        );
         prop_assert!(widened(None, Some(granted)).is_empty());
         prop_assert_eq!(widened(Some(granted), Some(&["/bin/sh"])), ["/bin/sh"]);
         prop_assert_eq!(widened(Some(granted), None), ["any program (no list)"]);
