@@ -156,16 +156,25 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             printable(&lock_path.display().to_string())
         );
     }
-    // No lock here, yet one beside another kit of the composition: which kit is the
-    // workload (and so where the default lock is) changed, or the lock was moved. What
-    // that lock approved does not carry over, and nothing is approved without asking.
-    let elsewhere = match &baseline {
-        Some(_) => Vec::new(),
-        None => locks_beside_other_kits(plan, lock_path),
+    // Nothing this user approved at this path, yet a lock, or an approval of theirs, at
+    // another place a kit of this composition puts one: which kit is the workload (and so
+    // where the default lock is) changed, a kit directory became a file or the other way
+    // round, or the lock was moved. What was approved there does not carry over (nor does
+    // a lock shipped here), and nothing is approved without asking.
+    let approved_here = records.iter().any(|(_, held)| held.is_some());
+    let elsewhere = if approved_here {
+        Vec::new()
+    } else {
+        locks_beside_other_kits(plan, lock_path, baseline.is_none())
     };
     let widenings = match &baseline {
+        _ if !elsewhere.is_empty() => Lock {
+            version: capgate_resolve::lock::LOCK_VERSION,
+            kits: Vec::new(),
+        }
+        .gate(plan),
         Some(lock) => lock.gate(plan),
-        None if args.check || !elsewhere.is_empty() => Lock {
+        None if args.check => Lock {
             version: capgate_resolve::lock::LOCK_VERSION,
             kits: Vec::new(),
         }
@@ -178,7 +187,7 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
             .map(|p| format!("`{}`", printable(&p.display().to_string())))
             .collect();
         say!(
-            "capgate: there is no lock at `{}`, but {} beside another kit of this composition: a kit's kind or the lock's place changed, so this composition is approved anew",
+            "capgate: you approved no lock at `{}`, but {} beside a kit of this composition: a kit's kind or form, or the lock's place, changed, so this composition is approved anew",
             printable(&lock_path.display().to_string()),
             shown.join(" and ")
         );
@@ -323,23 +332,41 @@ fn read_record(record: &Path) -> Option<Lock> {
     Lock::parse(&bytes).ok()
 }
 
-/// The `capgate.lock` files beside the composition's kits (in each kit's directory, as
-/// the default lock would be if that kit were the workload), other than `lock_path`. Kit
-/// references are relative to the lock's directory.
-fn locks_beside_other_kits(plan: &capgate_resolve::Plan, lock_path: &Path) -> Vec<PathBuf> {
+/// The other places a lock of this composition's kits lies or lay, where there is one now
+/// (`files`: when there is none at `lock_path`) or this user approved one: beside each kit
+/// as the default lock would be if that kit were the workload, in both forms a kit can take
+/// (a directory holding its descriptor, or a descriptor file in the directory beside it),
+/// other than `lock_path`. Kit references are relative to the lock's directory.
+fn locks_beside_other_kits(
+    plan: &capgate_resolve::Plan,
+    lock_path: &Path,
+    files: bool,
+) -> Vec<PathBuf> {
     let base = lock_path.parent().unwrap_or(Path::new("."));
-    let own = std::fs::canonicalize(base)
-        .unwrap_or_else(|_| base.to_path_buf())
-        .join(lock_path.file_name().unwrap_or_default());
+    let resolved = |dir: &Path| {
+        std::fs::canonicalize(dir)
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .join(crate::kits::LOCK_FILE)
+    };
+    let own = resolved(base);
+    let approved = |lock: &Path| {
+        approval_records(lock).is_ok_and(|records| records.iter().any(|r| r.is_file()))
+    };
     let mut found: Vec<PathBuf> = Vec::new();
     for unit in plan.layered_units() {
         let kit = base.join(&unit.reference);
-        let dir = crate::kitref::kit_dir(&kit);
-        let candidate = std::fs::canonicalize(&dir)
-            .unwrap_or(dir)
-            .join(crate::kits::LOCK_FILE);
-        if candidate != own && candidate.is_file() && !found.contains(&candidate) {
-            found.push(candidate);
+        let forms = [
+            kit.clone(),
+            kit.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        ];
+        for dir in forms {
+            let candidate = resolved(&dir);
+            if candidate == own || found.contains(&candidate) {
+                continue;
+            }
+            if (files && candidate.is_file()) || approved(&candidate) {
+                found.push(candidate);
+            }
         }
     }
     found

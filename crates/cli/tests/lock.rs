@@ -891,11 +891,69 @@ fn a_lock_beside_another_kit_is_not_silently_replaced_by_a_new_one() {
     assert!(said.contains("agent/capgate.lock"), "{said}");
     assert!(said.contains("+ network.runtime.allow: **"), "{said}");
 
-    // The twin: nothing locked anywhere yet.
+    // The old lock removed: what this user approved there still holds the swap.
     std::fs::remove_file(dir.join("agent/capgate.lock")).unwrap();
+    let out = capgate(dir, &["lock", "agent", "tools"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    // Nor does a lock shipped beside the new workload (its publisher wrote it with a data
+    // directory of their own) approve it.
+    let shipped = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["lock", "agent", "tools"])
+        .current_dir(dir)
+        .env("CAPGATE_HOME", shipped.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(dir.join("tools/capgate.lock").exists());
+    let out = capgate(dir, &["lock", "agent", "tools"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("+ network.runtime.allow: **"),
+        "{}",
+        text(&out)
+    );
+
+    // The twin: nothing locked, nothing approved anywhere yet (a fresh data directory).
+    std::fs::remove_file(dir.join("tools/capgate.lock")).unwrap();
+    std::fs::remove_dir_all(dir.join(".capgate")).unwrap();
     let out = capgate(dir, &["lock", "agent", "tools"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(dir.join("tools/capgate.lock").exists());
+}
+
+/// A kit directory that becomes a descriptor file of the same name moves the default lock
+/// (into the directory beside it): what the user approved at the old place holds it, and
+/// the update stops for approval; its twin, the same file with nothing approved before,
+/// is a first run.
+#[test]
+fn a_kit_directory_turned_file_does_not_escape_its_approval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_kit(
+        dir,
+        "w",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [api.example.com], deny: [t.example.com]}}\n",
+    );
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    std::fs::remove_dir_all(dir.join("w")).unwrap();
+    std::fs::write(
+        dir.join("w"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [\"**\"]}}\n",
+    )
+    .unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("+ network.runtime.allow: **"), "{said}");
+    assert!(!dir.join("capgate.lock").exists(), "{said}");
+    // The twin: a fresh data directory, nothing approved before.
+    std::fs::remove_dir_all(dir.join(".capgate")).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(dir.join("capgate.lock").exists());
 }
 
 /// The lock sits in the kit's directory, which a third party may ship: a FIFO or a device
