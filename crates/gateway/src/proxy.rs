@@ -557,7 +557,6 @@ impl Gateway {
     ) -> Verdict {
         let mut phase = self.cfg().phase.changes();
         let mut rules = self.cfg().policy.changes();
-        let opaque = http.is_none();
         // The grant was decided before these subscriptions: a change in between is caught
         // by deciding once more now, before the first wait.
         let mut first = true;
@@ -571,28 +570,43 @@ impl Gateway {
                 }
             }
             first = false;
-            let v = self.decide(target, port, carried, http.clone());
-            if !v.is_allowed() {
+            if let Some(v) = self.revocation((target, port, carried), http.as_ref(), began) {
                 return v;
             }
-            if opaque && v.inspect {
-                return Verdict::refused(
-                    Reason::InspectionRequired,
-                    "the host's rules changed: only some requests are granted now, and this connection cannot be inspected",
-                );
-            }
-            // A read-only workload is judged request by request: nothing an install hook
-            // opened (a WebSocket, a body still streaming) carries on into its runtime.
-            if self.cfg().read_only
-                && began == Phase::Install
-                && self.cfg().phase.get() == Phase::Runtime
-            {
-                return Verdict::refused(
-                    Reason::HttpNotAllowed,
-                    "this connection was opened by an install hook, and the sandbox's determinism tier is read-only: the runtime gets none carried over",
-                );
-            }
         }
+    }
+
+    /// Why the grant of a connection (`http`: of the request it carries; `None`: opaque),
+    /// decided in phase `began`, no longer holds, if it does not: [`Gateway::until_revoked`]'s
+    /// judgement, once.
+    pub(crate) fn revocation(
+        &self,
+        (target, port, carried): (&Target, u16, Protocol),
+        http: Option<&HttpRequest>,
+        began: Phase,
+    ) -> Option<Verdict> {
+        let v = self.decide(target, port, carried, http.cloned());
+        if !v.is_allowed() {
+            return Some(v);
+        }
+        if http.is_none() && v.inspect {
+            return Some(Verdict::refused(
+                Reason::InspectionRequired,
+                "the host's rules changed: only some requests are granted now, and this connection cannot be inspected",
+            ));
+        }
+        // A read-only workload is judged request by request: nothing an install hook
+        // opened (a WebSocket, a body still streaming) carries on into its runtime.
+        if self.cfg().read_only
+            && began == Phase::Install
+            && self.cfg().phase.get() == Phase::Runtime
+        {
+            return Some(Verdict::refused(
+                Reason::HttpNotAllowed,
+                "this connection was opened by an install hook, and the sandbox's determinism tier is read-only: the runtime gets none carried over",
+            ));
+        }
+        None
     }
 
     /// `work` (a body's relay), unless the grant of `request` to `target:port`, decided in
@@ -605,8 +619,9 @@ impl Gateway {
         work: impl std::future::Future<Output = T>,
     ) -> Result<T, Verdict> {
         tokio::select! {
-            done = work => Ok(done),
+            biased;
             revoked = self.until_revoked((target, port, carried), Some(request), began) => Err(revoked),
+            done = work => Ok(done),
         }
     }
 
@@ -1069,16 +1084,24 @@ impl Gateway {
             }
         };
         let _ = up.set_nodelay(true);
+        // The first bytes may have come after a phase switch or a rule change: judged again
+        // before any of them leaves.
+        if let Some(revoked) = self.revocation((target, port, carried), None, began) {
+            self.audit_verdict(host, port, &revoked, None, (0, 0));
+            return Ok(());
+        }
         stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
         let relay = tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024);
         let verdict = plain_verdict.as_ref().unwrap_or(verdict);
+        // The revocation first: its first judgement comes before the relay moves a byte.
         tokio::select! {
+            biased;
+            revoked = self.until_revoked((target, port, carried), None, began) => {
+                self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
+            }
             relayed = relay => {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 self.audit_verdict(host, port, verdict, None, (a + peeked.len() as u64, b));
-            }
-            revoked = self.until_revoked((target, port, carried), None, began) => {
-                self.audit_verdict(host, port, &revoked, None, (peeked.len() as u64, 0));
             }
         }
         Ok(())
@@ -1719,12 +1742,13 @@ impl Gateway {
             path: path.to_owned(),
         };
         Ok(tokio::select! {
+            biased;
+            revoked = self.until_revoked((target, port, carried), Some(request), began) => {
+                Switched::Revoked(revoked, (up_early, down_early))
+            }
             relayed = relay => {
                 let (a, b) = relayed.unwrap_or((0, 0));
                 Switched::Relayed((up_early + a, down_early + b))
-            }
-            revoked = self.until_revoked((target, port, carried), Some(request), began) => {
-                Switched::Revoked(revoked, (up_early, down_early))
             }
         })
     }

@@ -138,11 +138,13 @@ impl Gateway {
             64 * 1024,
         );
         tokio::select! {
-            relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
-            // A connection opened under install grants ends when they stop holding.
+            biased;
+            // A connection opened under install grants ends when they stop holding; judged
+            // first, before the relay moves a byte.
             revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
                 self.record(&name, port, &revoked, (0, 0));
             }
+            relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
         }
         Ok(())
     }

@@ -2523,7 +2523,8 @@ async fn egress_triples_grant_host_port_and_protocol_together() {
 /// the tier does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_opened_before_the_switch_is_judged_as_opened_in_install() {
-    async fn through_after_switch(read_only: bool) -> String {
+    /// What the client got, and how many requests reached the upstream.
+    async fn through_after_switch(read_only: bool) -> (String, usize) {
         let h = harness_tiered(false, false, Limits::default(), Vec::new(), read_only).await;
         h.gw.phase().set(Phase::Install);
         let port = h.ports["plain.test"];
@@ -2544,12 +2545,16 @@ async fn a_tunnel_opened_before_the_switch_is_judged_as_opened_in_install() {
         let mut out = Vec::new();
         let _ =
             tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
-        String::from_utf8_lossy(&out).into_owned()
+        let reached = h.seen["plain.test"].lock().unwrap().requests.len();
+        (String::from_utf8_lossy(&out).into_owned(), reached)
     }
-    let out = through_after_switch(true).await;
+    // The request came after the switch: it never leaves, not even unanswered.
+    let (out, reached) = through_after_switch(true).await;
     assert!(!out.contains("hello from"), "{out}");
-    let out = through_after_switch(false).await;
+    assert_eq!(reached, 0, "{out}");
+    let (out, reached) = through_after_switch(false).await;
     assert!(out.contains("hello from plain.test"), "{out}");
+    assert_eq!(reached, 1, "{out}");
 }
 
 /// A read-only sandbox gets nothing its install hooks opened carried into its runtime: a
