@@ -44,10 +44,16 @@ pub fn find(s: &str) -> Vec<Reference<'_>> {
     out
 }
 
+/// `s` without its leading whitespace as the spec's pattern reads it (RE2's `\s`: space,
+/// tab, line feed, form feed, carriage return; not Unicode spaces nor vertical tab).
+fn trim_space(s: &str) -> &str {
+    s.trim_start_matches([' ', '\t', '\n', '\x0c', '\r'])
+}
+
 /// Parses `${{ kit.(args|env).NAME }}` starting at byte `start` (which holds `${{`).
 fn parse_at(s: &str, start: usize) -> Option<Reference<'_>> {
     let rest = s.get(start + 3..)?;
-    let inner_start = start + 3 + (rest.len() - rest.trim_start().len());
+    let inner_start = start + 3 + (rest.len() - trim_space(rest).len());
     let rest = &s[inner_start..];
     let (kind, after) = if let Some(r) = rest.strip_prefix("kit.args.") {
         (RefKind::Arg, r)
@@ -65,7 +71,7 @@ fn parse_at(s: &str, start: usize) -> Option<Reference<'_>> {
         return None;
     }
     let tail = &after[name_len..];
-    let trimmed = tail.trim_start();
+    let trimmed = trim_space(tail);
     let close = trimmed.strip_prefix("}}")?;
     let end = s.len() - close.len();
     Some(Reference {
@@ -121,6 +127,23 @@ mod tests {
         let s = "a ${{kit.args.x}} b ${{  kit.env.HOME  }} ${{ kit.args.1bad }} ${{ kit.other.y }}";
         let found: Vec<_> = find(s).iter().map(|r| (r.kind, r.name)).collect();
         assert_eq!(found, vec![(RefKind::Arg, "x"), (RefKind::Env, "HOME")]);
+    }
+
+    /// The padding inside `${{ }}` is the spec pattern's `\s` (RE2: ASCII space, tab, LF,
+    /// FF, CR): Unicode spaces and vertical tab make no reference, so the text stays as
+    /// written (an arg cannot slip into it).
+    #[test]
+    fn padding_is_ascii_whitespace_only() {
+        let found = |s: &str| {
+            find(s)
+                .iter()
+                .map(|r| r.name.to_owned())
+                .collect::<Vec<String>>()
+        };
+        assert_eq!(found("${{\t kit.args.host\r\n }}"), ["host"]);
+        assert!(found("${{\u{3000}kit.args.host }}").is_empty());
+        assert!(found("${{ kit.args.host\u{a0}}}").is_empty());
+        assert!(found("${{\x0bkit.args.host }}").is_empty());
     }
 
     #[test]

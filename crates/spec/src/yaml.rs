@@ -65,6 +65,18 @@ pub fn parse(bytes: &[u8], limits: &Limits, diags: &mut Diagnostics) -> Option<N
     };
     // A byte order mark is allowed at the very start of a YAML stream.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if let Some((at, c)) = hidden_control(text) {
+        let offset = bytes.len() - text.len() + at;
+        diags.error(
+            &root,
+            pos_of_byte(bytes, offset),
+            format!(
+                "descriptor holds the control character U+{:04X}: a kit is text, and a control character (or a carriage return not ending a line) can make a terminal or editor show something other than what is granted",
+                u32::from(c)
+            ),
+        );
+        return None;
+    }
     match Builder::new(limits).run(text) {
         Ok(node) => Some(node),
         Err((pos, message)) => {
@@ -72,6 +84,25 @@ pub fn parse(bytes: &[u8], limits: &Limits, diags: &mut Diagnostics) -> Option<N
             None
         }
     }
+}
+
+/// The first control character of `text` other than a tab, a line feed and a carriage
+/// return that ends a line (CRLF): byte offset and character. ESC, backspace, a lone CR
+/// (which YAML reads as a line break, a terminal as a return to the line's start) and the
+/// C1 controls let a kit hide a grant from whoever reads it.
+fn hidden_control(text: &str) -> Option<(usize, char)> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let allowed = match c {
+            '\t' | '\n' => true,
+            '\r' => chars.peek().is_some_and(|&(_, next)| next == '\n'),
+            _ => !c.is_control(),
+        };
+        if !allowed {
+            return Some((at, c));
+        }
+    }
+    None
 }
 
 /// Line and column (1-based, in characters) of a byte offset, counting only the valid
@@ -475,6 +506,7 @@ fn is_core_float(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     fn read(text: &str) -> Result<Node, String> {
@@ -485,6 +517,27 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         })
+    }
+
+    /// A control character that could make a terminal or an editor show another kit than
+    /// the one read (ESC sequences, a lone CR, DEL, C1) is refused where it stands; tabs,
+    /// line feeds and CRLF line ends are text.
+    #[test]
+    fn control_characters_that_hide_text_are_refused_where_they_stand() {
+        for (text, at) in [
+            ("a: 1\n# x \u{1b}[1A\u{1b}[2K\n", "2:5"),
+            ("a: [x]\nb: y\r# only x\n", "2:5"),
+            ("a: \"\u{7f}\"\n", "1:5"),
+            ("a: x\u{85}y\n", "1:5"),
+            ("a: \u{8}x\n", "1:4"),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(e.contains("control character"), "{text:?}: {e}");
+            assert!(e.starts_with(at), "{text:?}: {e}");
+        }
+        for text in ["a: 1\r\nb: 2\r\n", "a: 1 \t# c\n", "a: \"tab\tin\"\n"] {
+            assert!(read(text).is_ok(), "{text:?}");
+        }
     }
 
     fn err(text: &str) -> String {
