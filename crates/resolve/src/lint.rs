@@ -187,8 +187,11 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
             }
         }
     }
+    // Unbounded denies, the only ones that shadow an allow, gathered once: a kit may list
+    // thousands of hosts.
+    let denies: Vec<&Grant<'_>> = grants.iter().filter(|d| !d.allow && !d.bounded).collect();
     for g in grants.iter().filter(|g| g.allow) {
-        hosts(g, &grants, &mut out);
+        hosts(g, &denies, &mut out);
         for &(host, pos) in &g.hosts {
             if host.is_ascii() {
                 continue;
@@ -343,7 +346,7 @@ fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
 }
 
 /// Wildcards, addresses, and allows a deny of the same phase overrides.
-fn hosts(g: &Grant<'_>, all: &[Grant<'_>], out: &mut Findings) {
+fn hosts(g: &Grant<'_>, denies: &[&Grant<'_>], out: &mut Findings) {
     for &(host, pos) in &g.hosts {
         if host.contains('*') {
             let name = host.split(':').next().unwrap_or(host);
@@ -375,9 +378,9 @@ fn hosts(g: &Grant<'_>, all: &[Grant<'_>], out: &mut Findings) {
             );
         }
         let lower = host.to_ascii_lowercase();
-        if let Some((deny, deny_pos)) = all
+        if let Some((deny, deny_pos)) = denies
             .iter()
-            .filter(|d| !d.allow && !d.bounded && d.phase == g.phase)
+            .filter(|d| d.phase == g.phase)
             .flat_map(|d| d.hosts.iter())
             .find(|(d, _)| host_covers(&d.to_ascii_lowercase(), &lower))
         {

@@ -7,7 +7,7 @@
 //! Anything else (for example what `*.example.com` matches) is not decided here, so it
 //! fails safe by prompting.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use serde::de::Error as _;
@@ -383,6 +383,11 @@ impl<'a> HttpGrant<'a> {
         HttpGrant { method, host, path }
     }
 
+    /// The grant as the surface writes it: `"<METHOD> <host><path>"`.
+    fn text(&self) -> String {
+        format!("{} {}{}", self.method, self.host, self.path)
+    }
+
     /// Whether this grant (or refusal) covers `other`: host, method and path all covered.
     fn covers(&self, other: &HttpGrant<'_>) -> bool {
         host_covers(self.host, other.host)
@@ -472,17 +477,18 @@ fn http_widenings(
     candidate: &[String],
 ) -> Vec<String> {
     let granted_hosts: BTreeSet<&str> = granted_hosts.iter().map(String::as_str).collect();
-    let fresh: BTreeSet<&str> = candidate_hosts
-        .iter()
-        .map(String::as_str)
-        .filter(|h| !granted_hosts.contains(h))
-        .collect();
-    let granted: Vec<HttpGrant<'_>> = granted.iter().map(|g| HttpGrant::parse(g)).collect();
+    let fresh = Covering::hosts(
+        candidate_hosts
+            .iter()
+            .map(String::as_str)
+            .filter(|h| !granted_hosts.contains(h)),
+    );
+    let granted = Covering::new(granted.iter().map(|g| HttpGrant::parse(g)));
     candidate
         .iter()
         .filter(|c| {
-            let c = HttpGrant::parse(c);
-            !granted.iter().any(|g| g.covers(&c)) && !suppressed(c.host, &fresh)
+            let parsed = HttpGrant::parse(c);
+            !granted.covers(c, &parsed) && !suppressed(parsed.host, &fresh)
         })
         .cloned()
         .collect()
@@ -492,8 +498,64 @@ fn http_widenings(
 /// covers it (`name` or `name:port` for `name:port`; only `name` for a bare `name`, which
 /// means every port). The spec digest's rule also let every fresh `name:port` stand for a
 /// bare `name`, but the prompt then named one port while the grant opened all of them.
-fn suppressed(host: &str, fresh: &BTreeSet<&str>) -> bool {
-    fresh.iter().any(|f| host_covers(f, host))
+fn suppressed(host: &str, fresh: &Covering<'_>) -> bool {
+    fresh.covers_host(host)
+}
+
+/// Grants held for coverage questions, looked up instead of scanned (a kit may state
+/// thousands): by their exact text, the ones on every host (`*`, `**`), and the rest by
+/// host name, the only ones [`host_covers`] can match.
+struct Covering<'a> {
+    exact: HashSet<String>,
+    everywhere: Vec<HttpGrant<'a>>,
+    by_name: HashMap<&'a str, Vec<HttpGrant<'a>>>,
+}
+
+impl<'a> Covering<'a> {
+    fn new(grants: impl Iterator<Item = HttpGrant<'a>>) -> Self {
+        let mut out = Covering {
+            exact: HashSet::new(),
+            everywhere: Vec::new(),
+            by_name: HashMap::new(),
+        };
+        for g in grants {
+            out.exact.insert(g.text());
+            if g.host == "*" || g.host == "**" {
+                out.everywhere.push(g);
+            } else {
+                out.by_name.entry(host_name(g.host)).or_default().push(g);
+            }
+        }
+        out
+    }
+
+    /// Host-list entries, held as the grants they make (`ANY host/**`).
+    fn hosts(hosts: impl Iterator<Item = &'a str>) -> Self {
+        Covering::new(hosts.map(|host| HttpGrant {
+            method: ANY,
+            host,
+            path: "/**",
+        }))
+    }
+
+    /// Whether a held grant covers `c` (whose text is `raw`).
+    fn covers(&self, raw: &str, c: &HttpGrant<'_>) -> bool {
+        self.exact.contains(raw)
+            || self.everywhere.iter().any(|g| g.covers(c))
+            || self
+                .by_name
+                .get(host_name(c.host))
+                .is_some_and(|held| held.iter().any(|g| g.covers(c)))
+    }
+
+    /// Whether a held grant's host covers `host`.
+    fn covers_host(&self, host: &str) -> bool {
+        !self.everywhere.is_empty()
+            || self
+                .by_name
+                .get(host_name(host))
+                .is_some_and(|held| held.iter().any(|g| host_covers(g.host, host)))
+    }
 }
 
 /// Granted HTTP refusals the candidate no longer states (nor covers), except those on a
@@ -510,12 +572,12 @@ fn http_deny_removals(
         .map(String::as_str)
         .filter(|h| !candidate_hosts.contains(h))
         .collect();
-    let candidate: Vec<HttpGrant<'_>> = candidate.iter().map(|c| HttpGrant::parse(c)).collect();
+    let candidate = Covering::new(candidate.iter().map(|c| HttpGrant::parse(c)));
     granted
         .iter()
         .filter(|g| {
-            let g = HttpGrant::parse(g);
-            !dropped.contains(g.host) && !candidate.iter().any(|c| c.covers(&g))
+            let parsed = HttpGrant::parse(g);
+            !dropped.contains(parsed.host) && !candidate.covers(g, &parsed)
         })
         .cloned()
         .collect()
@@ -659,13 +721,14 @@ mod tests {
 
     #[test]
     fn suppression_rules() {
-        let fresh: BTreeSet<&str> = [
-            "new.example.com",
-            "mixed.example.com:8443",
-            "p.example.com:9000",
-        ]
-        .into_iter()
-        .collect();
+        let fresh = Covering::hosts(
+            [
+                "new.example.com",
+                "mixed.example.com:8443",
+                "p.example.com:9000",
+            ]
+            .into_iter(),
+        );
         // A bare host (every port) is said by a fresh bare entry of that name only.
         assert!(suppressed("new.example.com", &fresh));
         assert!(!suppressed("other.example.com", &fresh));
@@ -679,7 +742,7 @@ mod tests {
         assert!(suppressed("mixed.example.com:8443", &fresh));
         assert!(!suppressed("mixed.example.com:1", &fresh));
         // A fresh allow-everything says everything.
-        let star: BTreeSet<&str> = ["**"].into_iter().collect();
+        let star = Covering::hosts(["**"].into_iter());
         assert!(suppressed("any.example.com", &star));
     }
 

@@ -15,6 +15,9 @@ use crate::refs;
 pub struct Cx<'d> {
     pub diags: &'d mut Diagnostics,
     pub lenient: bool,
+    /// Host, method and path combinations the descriptor's network-policy@2 entries have
+    /// stated so far (each is judged, locked and compared on its own).
+    pub http_grants: usize,
 }
 
 impl<'d> Cx<'d> {
@@ -22,6 +25,7 @@ impl<'d> Cx<'d> {
         Cx {
             diags,
             lenient: false,
+            http_grants: 0,
         }
     }
 

@@ -536,6 +536,10 @@ fn entry_list<'n>(cx: &mut Cx<'_>, f: &mut Fields<'n>, key: &str) -> Option<Opti
     }
 }
 
+/// Most host, method and path combinations one descriptor's network-policy@2 entries may
+/// state together.
+pub const MAX_HTTP_GRANTS: usize = 10_000;
+
 fn decode_v2_object(
     cx: &mut Cx<'_>,
     node: &Node,
@@ -578,6 +582,33 @@ fn decode_v2_object(
                 );
                 ok = false;
             }
+        }
+    }
+    // Each host, method and path combination is a grant of its own (judged, locked,
+    // compared with the last approval): a few lists must not make millions.
+    if let Some(Some(hs)) = &hosts {
+        let m = methods
+            .as_ref()
+            .and_then(Option::as_ref)
+            .map_or(1, |v| v.len().max(1));
+        let p = paths
+            .as_ref()
+            .and_then(Option::as_ref)
+            .map_or(1, |v| v.len().max(1));
+        let combinations = hs.len().saturating_mul(m).saturating_mul(p);
+        let before = cx.http_grants;
+        cx.http_grants = before.saturating_add(combinations);
+        if before <= MAX_HTTP_GRANTS && cx.http_grants > MAX_HTTP_GRANTS {
+            cx.error(
+                &hosts_path,
+                pos_of("hosts"),
+                format!(
+                    "with this {phase} entry ({} hosts × {m} methods × {p} paths) the kit's network-policy@2 entries name {} host, method and path combinations, over the {MAX_HTTP_GRANTS} a kit may state: each is a grant judged and locked on its own; bound fewer hosts together, or use a path glob",
+                    hs.len(),
+                    cx.http_grants
+                ),
+            );
+            ok = false;
         }
     }
     let paths_stated = matches!(&paths, Some(Some(p)) if !p.is_empty());
@@ -761,6 +792,33 @@ mod tests {
 
     fn runtime_allow(text: &str) -> Vec<HostEntry> {
         v2_ok(text).runtime.unwrap().allow
+    }
+
+    /// Host, method and path lists multiply into grants: a kit may state 10,000
+    /// combinations, not one more (a few KB of lists would otherwise make millions, each
+    /// judged and locked). Counted across entries.
+    #[test]
+    fn host_method_path_combinations_are_bounded_per_kit() {
+        let kit = |hosts: usize| {
+            let names: Vec<String> = (0..hosts).map(|i| format!("h{i}.example.com")).collect();
+            let paths: Vec<String> = (0..10).map(|i| format!("/p{i}")).collect();
+            format!(
+                "runtime:\n  allow:\n    - {{hosts: [{}], methods: [GET, POST], paths: [{}]}}\n    - {{hosts: [x.example.com], methods: [GET]}}\n",
+                names.join(", "),
+                paths.join(", ")
+            )
+        };
+        // 499 × 2 × 10 + 1 = 9,981: within.
+        v2_ok(&kit(499));
+        // 500 × 2 × 10 + 1 = 10,001: the second entry crosses the bound, and is named.
+        let (_, d) = decode_text(&kit(500), PolicyVersion::V2, false);
+        let said: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("runtime.allow[1].hosts")
+                && said[0].contains("10001 host, method and path combinations"),
+            "{said:?}"
+        );
     }
 
     #[test]
