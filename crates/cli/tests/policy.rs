@@ -472,6 +472,32 @@ fn a_kit_deny_the_matcher_cannot_read_is_refused_at_provisioning() {
     assert_eq!(v["rules"].as_array().unwrap().len(), 0, "{v}");
 }
 
+/// A path glob the matcher cannot compile (`%2E%2E` is a dot segment) would make its rule
+/// match nothing (an allow silently dead, a deny silently not in force): provisioning
+/// refuses the kit, naming the path; its twin, a clean glob, is provisioned.
+#[test]
+fn a_kit_path_the_matcher_cannot_read_is_refused_at_provisioning() {
+    let h = Home::new();
+    let kit = |path: &str| {
+        format!(
+            "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {{runtime: {{allow: [{{hosts: [api.example.com], methods: [GET], paths: [\"{path}\"]}}]}}}}\n"
+        )
+    };
+    h.kit("kit", &kit("/repos/%2E%2E/admin"));
+    let out = h.run(&["create", "bad-path", "--kit", "kit"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("path `/repos/%2E%2E/admin` cannot be matched"),
+        "{}",
+        text(&out)
+    );
+    let (_, v) = h.json(&["policy", "ls", "--source", "kit", "--json"]);
+    assert_eq!(v["rules"].as_array().unwrap().len(), 0, "{v}");
+    h.kit("good", &kit("/repos/**"));
+    let out = h.run(&["create", "good-path", "--kit", "good"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 /// A recreate whose rules the store refuses changes nothing: not the lock, not the
 /// sandbox's composition (whose credential inject domains the gateway follows), not its
 /// rules. Before, the refused kit's composition stayed on disk and its inject domain was

@@ -298,6 +298,16 @@ impl NewRule {
         if self.paths.as_ref().is_some_and(Vec::is_empty) {
             return Err(RuleProblem::EmptyPaths);
         }
+        // A path glob the matcher cannot compile would make the rule match nothing: an
+        // allow silently dead, a deny silently not in force. Refused here too.
+        for path in self.paths.iter().flatten() {
+            if let Err(e) = crate::path::PathGlob::compile(path) {
+                return Err(RuleProblem::UnreadablePath {
+                    path: path.clone(),
+                    message: e.to_string(),
+                });
+            }
+        }
         let paired = matches!(
             (self.source, self.created_via),
             (Source::Kit, CreatedVia::Provisioned)
@@ -447,6 +457,10 @@ pub enum RuleProblem {
         resource: String,
         message: String,
     },
+    UnreadablePath {
+        path: String,
+        message: String,
+    },
     EmptyMethods,
     EmptyPaths,
     SourceMismatch {
@@ -473,6 +487,9 @@ impl fmt::Display for RuleProblem {
             RuleProblem::NoResources => f.write_str("it names no resource"),
             RuleProblem::UnreadableResource { resource, message } => {
                 write!(f, "resource `{resource}` cannot be matched: {message}")
+            }
+            RuleProblem::UnreadablePath { path, message } => {
+                write!(f, "path `{path}` cannot be matched: {message}")
             }
             RuleProblem::BlankResource => {
                 f.write_str("a resource is empty or has surrounding spaces")
