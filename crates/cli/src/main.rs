@@ -73,7 +73,8 @@ enum Command {
     /// Check that valid kits say what their authors mean (exit 0: no errors, 1: errors).
     ///
     /// Checks, each with a code: `invalid-host` (a host the gateway cannot judge, an
-    /// error: creating a sandbox from the kit would fail), `wildcard-host` (an allow with `*`), `address-host` (an
+    /// error: creating a sandbox from the kit would fail), `invalid-path` (a path glob the
+    /// gateway cannot judge, an error for the same reason), `wildcard-host` (an allow with `*`), `address-host` (an
     /// allowed IP address or network instead of a name), `shadowed-allow` (an allow a deny of
     /// the same kit and phase overrides), `tier-mismatch` (grants that contradict the
     /// `dev.capgate/determinism@1` tier: changing HTTP methods or a host mount in a

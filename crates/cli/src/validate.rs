@@ -326,6 +326,11 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
                     .err()
                     .map(|e| e.to_string())
             },
+            path_problem: &|path: &str| {
+                capgate_policy::path::PathGlob::compile(path)
+                    .err()
+                    .map(|e| e.to_string())
+            },
             content_problem: &|file: &str| crate::context::content_file_problem(reference, file),
             ascii_host: &crate::lock::ascii_form,
         };

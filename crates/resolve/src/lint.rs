@@ -57,11 +57,15 @@ pub enum Check {
     /// A credential inject domain the broker cannot read (a port that is not one, an
     /// address, a host the policy refuses): the secret is added nowhere.
     UnusableInjectDomain,
+    /// A path glob the gateway cannot judge (a dot segment, an encoded `/`): creating a
+    /// sandbox from the kit fails.
+    InvalidPath,
 }
 
 impl Check {
-    pub const ALL: [Check; 13] = [
+    pub const ALL: [Check; 14] = [
         Check::InvalidHost,
+        Check::InvalidPath,
         Check::UnwritablePlace,
         Check::InvalidReadPath,
         Check::ExecInWritablePlace,
@@ -91,6 +95,7 @@ impl Check {
             Check::ExecInWritablePlace => "exec-in-writable-place",
             Check::BroadExec => "broad-exec",
             Check::UnusableInjectDomain => "unusable-inject-domain",
+            Check::InvalidPath => "invalid-path",
         }
     }
 
@@ -137,6 +142,9 @@ pub struct Options<'a> {
     /// `example.com:443`, `10.0.0.0/8`, `[::1]:443`), if anything: the policy's own judge,
     /// handed in so that lint says exactly what creating a sandbox would refuse.
     pub host_problem: &'a dyn Fn(&str) -> Option<String>,
+    /// What is wrong with a path glob as a rule would hold it (`/repos/**`), if anything:
+    /// the policy's own compiler, handed in like `host_problem`.
+    pub path_problem: &'a dyn Fn(&str) -> Option<String>,
     /// What is wrong with an agent-context@1 `contentFile` (as written) of the kit being
     /// linted, if anything: read the way `capgate run` reads it, handed in because lint
     /// itself reads no file.
@@ -175,6 +183,16 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
         _ => None,
     });
     for g in &grants {
+        for &(glob, pos) in &g.paths {
+            if let Some(problem) = (options.path_problem)(glob) {
+                out.error(
+                    Check::InvalidPath,
+                    &g.path,
+                    pos,
+                    format!("{problem}; the gateway cannot judge it, so creating a sandbox from this kit fails"),
+                );
+            }
+        }
         for &(host, pos) in &g.hosts {
             let as_ruled = g.resource.clone().unwrap_or_else(|| host.to_owned());
             if let Some(problem) = (options.host_problem)(&as_ruled) {
@@ -267,6 +285,8 @@ struct Grant<'n> {
     egress: Option<EgressProtocol>,
     /// For an egress triple, the `host:port` its rule names.
     resource: Option<String>,
+    /// Path globs as written, with where they stand.
+    paths: Vec<(&'n str, Pos)>,
     path: Path,
     pos: Pos,
 }
@@ -285,6 +305,7 @@ fn egress_grant<'n>(at: &str, entry: &'n Entry, triple: &Egress) -> Grant<'n> {
             .map(|h| vec![(h, host_node.map_or(pos, |n| n.pos))])
             .unwrap_or_default(),
         methods: None,
+        paths: Vec::new(),
         bounded: false,
         egress: Some(triple.protocol),
         resource: Some(triple.host_port()),
@@ -328,10 +349,18 @@ fn network_grants<'n>(at: &str, entry: &'n Entry) -> Vec<Grant<'n>> {
                         .filter_map(|m| m.as_str().and_then(Method::parse))
                         .collect()
                 });
+                let paths = item
+                    .get("paths")
+                    .and_then(Node::as_seq)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|p| Some((p.as_str()?, p.pos)))
+                    .collect();
                 out.push(Grant {
                     phase,
                     allow,
                     hosts,
+                    paths,
                     bounded: item.get("methods").is_some() || item.get("paths").is_some(),
                     methods,
                     egress: None,
@@ -840,6 +869,8 @@ mod tests {
                     .then(|| format!("`{h}` has an empty label"))
             },
             ascii_host: &|h: &str| Some(format!("ascii-of-{}", h.len())),
+            // A stand-in for the policy's compiler: refuses dot segments, as it does.
+            path_problem: &|p: &str| p.contains("..").then(|| format!("`{p}` has a dot segment")),
             // A stand-in for the kit directory: only `present.md` is there.
             content_problem: &|f: &str| (f != "present.md").then(|| format!("`{f}`: not found")),
         }
@@ -1202,5 +1233,21 @@ mod tests {
                 .any(|f| f.message.contains("`https` is not a port")),
             "{found:?}"
         );
+    }
+
+    /// A path glob the gateway cannot judge is an error at its line (creating a sandbox
+    /// would fail); its twin, a clean glob beside it, passes.
+    #[test]
+    fn path_globs_the_gateway_cannot_judge_are_errors() {
+        let caps = format!(
+            "  - type: {NP2}\n    config:\n      runtime:\n        allow:\n          - {{hosts: [api.example.com], methods: [GET], paths: [/repos/**, /repos/x/../admin]}}\n"
+        );
+        let found = lint(&kit("workload", &caps), &opts(false));
+        let named: Vec<(&str, Severity, u32)> = found
+            .iter()
+            .map(|f| (f.check.code(), f.severity, f.pos.line))
+            .collect();
+        assert_eq!(named, [("invalid-path", Severity::Error, 8)]);
+        assert!(found[0].message.contains("/repos/x/../admin"), "{found:?}");
     }
 }
