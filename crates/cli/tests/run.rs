@@ -1517,6 +1517,31 @@ fn a_workload_cannot_use_up_the_invoking_users_quotas() {
     }
 }
 
+/// An invoking user allowed no locked memory and no message queues (limits of 0, which
+/// only a privileged process may raise) still runs: the sandbox's share never exceeds
+/// what the user has. Run without CAP_SYS_RESOURCE, as a normal user is.
+#[test]
+fn a_user_allowed_no_locked_memory_still_runs() {
+    let env = setup();
+    let script =
+        format!("ulimit -l 0; ulimit -q 0; exec {BIN} run -- sh -c 'echo memlock=$(ulimit -l)'");
+    let o = Command::new("setpriv")
+        .args([
+            "--bounding-set=-sys_resource",
+            "--inh-caps=-sys_resource",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .current_dir(env.path("ws"))
+        .env("CAPGATE_HOME", env.path("home"))
+        .output()
+        .expect("setpriv (util-linux) must be installed");
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "memlock=0", "{stderr}");
+}
+
 /// A workload that fills the disk holding the data directory (its copy-mode writes land
 /// there, and are freed with its state at the end) must not hide a refusal:
 /// the lost audit log is said, and `--fail-on-violation` still exits 3; the twin on a disk

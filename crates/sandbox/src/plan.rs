@@ -77,10 +77,12 @@ pub(crate) fn user_ns_share(host: u64) -> u64 {
 }
 
 /// The sandbox's share of a per-user resource limit whose soft value for the invoking user
-/// is `current` (`None`: unlimited): half, and no more than `cap`. Set before the user
-/// namespace exists, it also bounds what the whole namespace may charge to that user.
+/// is `current` (`None`: unlimited): half (rounded down: never above `current`, so never
+/// above its hard limit, which only a privileged process may raise), and no more than
+/// `cap`. Set before the user namespace exists, it also bounds what the whole namespace
+/// may charge to that user.
 pub(crate) fn rlimit_share(current: Option<u64>, cap: u64) -> u64 {
-    current.map_or(cap, |c| (c / 2).max(1)).min(cap)
+    current.map_or(cap, |c| c / 2).min(cap)
 }
 
 /// The per-user resource limits lowered for the sandbox, each with its cap when the
@@ -1866,7 +1868,9 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(rlimit_share(Some(1), 10), 1);
+        // A limit of 0 or 1 (a user allowed no locked memory) stays at or below itself.
+        assert_eq!(rlimit_share(Some(0), 10), 0);
+        assert_eq!(rlimit_share(Some(1), 10), 0);
         assert_eq!(rlimit_share(Some(100), 10), 10);
         assert_eq!(rlimit_share(None, 10), 10);
         assert_eq!(user_ns_share(3), 1);
