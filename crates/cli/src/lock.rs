@@ -334,9 +334,10 @@ fn read_record(record: &Path) -> Option<Lock> {
 
 /// The other places a lock of this composition's kits lies or lay, where there is one now
 /// (`files`: when there is none at `lock_path`) or this user approved one: beside each kit
-/// as the default lock would be if that kit were the workload, in both forms a kit can take
-/// (a directory holding its descriptor, or a descriptor file in the directory beside it),
-/// other than `lock_path`. Kit references are relative to the lock's directory.
+/// as the default lock would be if that kit were the workload, and for a kit given as a
+/// descriptor file, also inside a directory of that name (where its lock lay when the kit
+/// was a directory), other than `lock_path`. Kit references are relative to the lock's
+/// directory.
 fn locks_beside_other_kits(
     plan: &capgate_resolve::Plan,
     lock_path: &Path,
@@ -344,6 +345,11 @@ fn locks_beside_other_kits(
 ) -> Vec<PathBuf> {
     let base = lock_path.parent().unwrap_or(Path::new("."));
     let resolved = |dir: &Path| {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         std::fs::canonicalize(dir)
             .unwrap_or_else(|_| dir.to_path_buf())
             .join(crate::kits::LOCK_FILE)
@@ -355,11 +361,11 @@ fn locks_beside_other_kits(
     let mut found: Vec<PathBuf> = Vec::new();
     for unit in plan.layered_units() {
         let kit = base.join(&unit.reference);
-        let forms = [
-            kit.clone(),
-            kit.parent().unwrap_or(Path::new(".")).to_path_buf(),
-        ];
-        for dir in forms {
+        let mut places = vec![crate::kitref::kit_dir(&kit)];
+        if kit.is_file() {
+            places.push(kit.clone());
+        }
+        for dir in places {
             let candidate = resolved(&dir);
             if candidate == own || found.contains(&candidate) {
                 continue;

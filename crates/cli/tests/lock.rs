@@ -923,6 +923,31 @@ fn a_lock_beside_another_kit_is_not_silently_replaced_by_a_new_one() {
     assert!(dir.join("tools/capgate.lock").exists());
 }
 
+/// A new kit directory inside a folder whose own kit was approved is a first use, however
+/// it is spelled: its parent's lock belongs to another composition.
+#[test]
+fn a_new_kit_beside_an_approved_one_is_a_first_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let workload = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [api.example.com]}}\n";
+    std::fs::write(dir.join("kit.yaml"), workload).unwrap();
+    write_kit(dir, "tools", workload);
+    let out = capgate(dir, &["lock", "."]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = capgate(dir, &["lock", "tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(dir.join("tools/capgate.lock").exists());
+    // The same composition from inside, as `.`: approved already.
+    let out = Command::new(BIN)
+        .args(["lock", "--check", "."])
+        .current_dir(dir.join("tools"))
+        .env("CAPGATE_HOME", dir.join(".capgate"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 /// A kit directory that becomes a descriptor file of the same name moves the default lock
 /// (into the directory beside it): what the user approved at the old place holds it, and
 /// the update stops for approval; its twin, the same file with nothing approved before,
