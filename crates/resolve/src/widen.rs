@@ -503,12 +503,25 @@ fn suppressed(host: &str, fresh: &Covering<'_>) -> bool {
 }
 
 /// Grants held for coverage questions, looked up instead of scanned (a kit may state
-/// thousands): by their exact text, the ones on every host (`*`, `**`), and the rest by
-/// host name, the only ones [`host_covers`] can match.
+/// thousands, all on one host): by their exact text; the ones on every host (`*`, `**`),
+/// scanned; the rest by host as written and method, each with its exact paths and the
+/// prefixes of its `<prefix>/**` globs. A lookup asks exactly what [`HttpGrant::covers`]
+/// asks of each held grant.
 struct Covering<'a> {
     exact: HashSet<String>,
     everywhere: Vec<HttpGrant<'a>>,
-    by_name: HashMap<&'a str, Vec<HttpGrant<'a>>>,
+    /// Host strings held (`name` or `name:port`), for host-level questions.
+    hosts: HashSet<&'a str>,
+    /// (host as written, method) → the paths held there.
+    paths: HashMap<(&'a str, &'a str), HeldPaths<'a>>,
+}
+
+/// Paths held for one host and method: exact ones, and the prefixes (ending in `/`) of
+/// `<prefix>/**` globs.
+#[derive(Default)]
+struct HeldPaths<'a> {
+    exact: HashSet<&'a str>,
+    globs: HashSet<&'a str>,
 }
 
 impl<'a> Covering<'a> {
@@ -516,14 +529,20 @@ impl<'a> Covering<'a> {
         let mut out = Covering {
             exact: HashSet::new(),
             everywhere: Vec::new(),
-            by_name: HashMap::new(),
+            hosts: HashSet::new(),
+            paths: HashMap::new(),
         };
         for g in grants {
             out.exact.insert(g.text());
             if g.host == "*" || g.host == "**" {
                 out.everywhere.push(g);
-            } else {
-                out.by_name.entry(host_name(g.host)).or_default().push(g);
+                continue;
+            }
+            out.hosts.insert(g.host);
+            let held = out.paths.entry((g.host, g.method)).or_default();
+            held.exact.insert(g.path);
+            if let Some(prefix) = g.path.strip_suffix("**").filter(|p| p.ends_with('/')) {
+                held.globs.insert(prefix);
             }
         }
         out
@@ -538,23 +557,46 @@ impl<'a> Covering<'a> {
         }))
     }
 
+    /// The held host strings that can cover `host` ([`host_covers`]): its name, which
+    /// covers every port, and, for `name:port`, itself.
+    fn host_keys(host: &str) -> impl Iterator<Item = &str> {
+        let (name, port) = split_port(host);
+        std::iter::once(name).chain(port.map(|_| host))
+    }
+
     /// Whether a held grant covers `c` (whose text is `raw`).
     fn covers(&self, raw: &str, c: &HttpGrant<'_>) -> bool {
-        self.exact.contains(raw)
-            || self.everywhere.iter().any(|g| g.covers(c))
-            || self
-                .by_name
-                .get(host_name(c.host))
-                .is_some_and(|held| held.iter().any(|g| g.covers(c)))
+        if self.exact.contains(raw) || self.everywhere.iter().any(|g| g.covers(c)) {
+            return true;
+        }
+        Self::host_keys(c.host).any(|host| {
+            [c.method, ANY].into_iter().any(|method| {
+                self.paths
+                    .get(&(host, method))
+                    .is_some_and(|held| held.covers(c.path))
+            })
+        })
     }
 
     /// Whether a held grant's host covers `host`.
     fn covers_host(&self, host: &str) -> bool {
-        !self.everywhere.is_empty()
-            || self
-                .by_name
-                .get(host_name(host))
-                .is_some_and(|held| held.iter().any(|g| host_covers(g.host, host)))
+        !self.everywhere.is_empty() || Self::host_keys(host).any(|h| self.hosts.contains(h))
+    }
+}
+
+impl HeldPaths<'_> {
+    /// Whether a held path covers path (or pattern) `c`, as [`path_pattern_covers`]
+    /// judges: equal, or a glob's prefix begins `c`, or `c` is a prefix without its `/`.
+    fn covers(&self, c: &str) -> bool {
+        if self.exact.contains(c) {
+            return true;
+        }
+        if self.globs.is_empty() {
+            return false;
+        }
+        c.match_indices('/')
+            .any(|(i, _)| self.globs.contains(&c[..=i]))
+            || self.globs.contains(format!("{c}/").as_str())
     }
 }
 
@@ -922,5 +964,46 @@ mod tests {
             "{got:?}"
         );
         assert!(diff_widenings(&unlisted, &candidate).is_empty());
+    }
+
+    /// The indexed lookup answers exactly what asking every held grant would: checked over
+    /// every pairing of hosts (ports, wildcards, IPv6), methods and paths (exact, globs, a
+    /// glob's own prefix).
+    #[test]
+    fn the_indexed_lookup_equals_asking_every_grant() {
+        let hosts = [
+            "a.com",
+            "a.com:443",
+            "a.com:8443",
+            "b.com",
+            "**",
+            "[::1]:443",
+            "[::1]",
+        ];
+        let methods = ["GET", "POST", "ANY"];
+        let paths = [
+            "/", "/x", "/x/", "/x/y", "/x/**", "/x/y/**", "/**", "/xy", "/x**",
+        ];
+        let mut all: Vec<String> = Vec::new();
+        for h in hosts {
+            for m in methods {
+                for p in paths {
+                    all.push(format!("{m} {h}{p}"));
+                }
+            }
+        }
+        // Held sets of a few shapes: every third grant, then one of each kind alone.
+        let sets: Vec<Vec<&String>> = std::iter::once(all.iter().step_by(3).collect())
+            .chain(all.iter().step_by(7).map(|g| vec![g]))
+            .collect();
+        for held in &sets {
+            let parsed: Vec<HttpGrant<'_>> = held.iter().map(|g| HttpGrant::parse(g)).collect();
+            let index = Covering::new(parsed.iter().copied());
+            for c in &all {
+                let cp = HttpGrant::parse(c);
+                let naive = parsed.iter().any(|g| g.covers(&cp));
+                assert_eq!(index.covers(c, &cp), naive, "{c} against {held:?}");
+            }
+        }
     }
 }
