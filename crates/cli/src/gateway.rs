@@ -258,10 +258,19 @@ pub fn watch_store(sandbox: String, cfg: &GatewayConfig) {
             source: None,
             decision: None,
         };
-        let mut secrets = SecretsWatch::default();
+        // Where the secrets are is settled once, after the first wait too; then only the
+        // file is looked at.
+        let mut watched: Option<SecretsWatch> = None;
         loop {
             std::thread::sleep(Duration::from_millis(500));
-            secrets.refresh(&broker);
+            if watched.is_none() {
+                watched = secrets()
+                    .ok()
+                    .map(|store| SecretsWatch { store, seen: None });
+            }
+            if let Some(watch) = &mut watched {
+                watch.refresh(&broker);
+            }
             let store = match &mut store {
                 Some(store) => store,
                 empty => match open_store() {
@@ -284,9 +293,9 @@ pub fn watch_store(sandbox: String, cfg: &GatewayConfig) {
 /// (`secret set` and `rm` rename a new file over it); `None` when there is none.
 type FileVersion = Option<(u64, u64, i64, i64, u64)>;
 
-/// The secrets file as last read; `None` before the first look.
-#[derive(Default)]
+/// The secrets file, and the version of it last read (`None` before the first look).
 struct SecretsWatch {
+    store: SecretStore,
     seen: Option<FileVersion>,
 }
 
@@ -295,7 +304,7 @@ impl SecretsWatch {
     /// cannot be read keeps the secrets in force, and says so once.
     fn refresh(&mut self, broker: &Broker) {
         use std::os::unix::fs::MetadataExt as _;
-        let Ok(store) = secrets() else { return };
+        let store = &self.store;
         let version = std::fs::metadata(store.path())
             .ok()
             .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec(), m.size()));

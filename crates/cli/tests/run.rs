@@ -165,8 +165,7 @@ impl Env {
     /// Writes `yaml` as the kit `name` and runs `capgate run --kit name -- cmd…`: the exit
     /// code, stdout and stderr.
     fn run_kit(&self, name: &str, yaml: &str, cmd: &[&str]) -> (Option<i32>, String, String) {
-        std::fs::create_dir_all(self.path(name)).unwrap();
-        std::fs::write(self.path(name).join("kit.yaml"), yaml).unwrap();
+        self.write_kit(name, yaml);
         let kit = self.path(name).display().to_string();
         let mut args = vec!["run", "--kit", kit.as_str(), "--"];
         args.extend_from_slice(cmd);

@@ -383,11 +383,6 @@ impl<'a> HttpGrant<'a> {
         HttpGrant { method, host, path }
     }
 
-    /// The grant as the surface writes it: `"<METHOD> <host><path>"`.
-    fn text(&self) -> String {
-        format!("{} {}{}", self.method, self.host, self.path)
-    }
-
     /// Whether this grant (or refusal) covers `other`: host, method and path all covered.
     fn covers(&self, other: &HttpGrant<'_>) -> bool {
         host_covers(self.host, other.host)
@@ -488,7 +483,7 @@ fn http_widenings(
         .iter()
         .filter(|c| {
             let parsed = HttpGrant::parse(c);
-            !granted.covers(c, &parsed) && !suppressed(parsed.host, &fresh)
+            !granted.covers(&parsed) && !suppressed(parsed.host, &fresh)
         })
         .cloned()
         .collect()
@@ -503,12 +498,11 @@ fn suppressed(host: &str, fresh: &Covering<'_>) -> bool {
 }
 
 /// Grants held for coverage questions, looked up instead of scanned (a kit may state
-/// thousands, all on one host): by their exact text; the ones on every host (`*`, `**`),
-/// scanned; the rest by host as written and method, each with its exact paths and the
+/// thousands, all on one host): the ones on every host (`*`, `**`), scanned; the rest by
+/// host as written and method, each with its exact paths and the
 /// prefixes of its `<prefix>/**` globs. A lookup asks exactly what [`HttpGrant::covers`]
 /// asks of each held grant.
 struct Covering<'a> {
-    exact: HashSet<String>,
     everywhere: Vec<HttpGrant<'a>>,
     /// Host strings held (`name` or `name:port`), for host-level questions.
     hosts: HashSet<&'a str>,
@@ -527,13 +521,11 @@ struct HeldPaths<'a> {
 impl<'a> Covering<'a> {
     fn new(grants: impl Iterator<Item = HttpGrant<'a>>) -> Self {
         let mut out = Covering {
-            exact: HashSet::new(),
             everywhere: Vec::new(),
             hosts: HashSet::new(),
             paths: HashMap::new(),
         };
         for g in grants {
-            out.exact.insert(g.text());
             if g.host == "*" || g.host == "**" {
                 out.everywhere.push(g);
                 continue;
@@ -564,9 +556,9 @@ impl<'a> Covering<'a> {
         std::iter::once(name).chain(port.map(|_| host))
     }
 
-    /// Whether a held grant covers `c` (whose text is `raw`).
-    fn covers(&self, raw: &str, c: &HttpGrant<'_>) -> bool {
-        if self.exact.contains(raw) || self.everywhere.iter().any(|g| g.covers(c)) {
+    /// Whether a held grant covers `c`.
+    fn covers(&self, c: &HttpGrant<'_>) -> bool {
+        if self.everywhere.iter().any(|g| g.covers(c)) {
             return true;
         }
         Self::host_keys(c.host).any(|host| {
@@ -619,7 +611,7 @@ fn http_deny_removals(
         .iter()
         .filter(|g| {
             let parsed = HttpGrant::parse(g);
-            !dropped.contains(parsed.host) && !candidate.covers(g, &parsed)
+            !dropped.contains(parsed.host) && !candidate.covers(&parsed)
         })
         .cloned()
         .collect()
@@ -1002,7 +994,7 @@ mod tests {
             for c in &all {
                 let cp = HttpGrant::parse(c);
                 let naive = parsed.iter().any(|g| g.covers(&cp));
-                assert_eq!(index.covers(c, &cp), naive, "{c} against {held:?}");
+                assert_eq!(index.covers(&cp), naive, "{c} against {held:?}");
             }
         }
     }
