@@ -10,6 +10,7 @@ use capgate_policy::pattern::normalize_host;
 use capgate_spec::caps::credential::Credential;
 
 use crate::h1::Header;
+use crate::mask::Mask;
 use crate::secrets::Secret;
 
 /// One place a secret is added.
@@ -28,6 +29,16 @@ pub struct Injection {
     pub format: String,
     /// `scheme: basic`: `Basic base64(username:secret)`.
     pub basic_username: Option<String>,
+}
+
+/// What [`Broker::apply`] wrote into a request.
+#[derive(Debug, Default)]
+pub struct Injected {
+    /// The services whose secret was added.
+    pub services: Vec<String>,
+    /// Those secrets as they left (for `scheme: basic` also the base64 text), to be masked
+    /// in the response; `None` when nothing (long enough) was added.
+    pub mask: Option<Mask>,
 }
 
 /// Why a request was refused by the broker.
@@ -173,7 +184,9 @@ impl Broker {
     /// Judges and rewrites one request to `dest` (host normalized, and port) in `phase`:
     /// refuses a sentinel of a credential that is not injected here; then, on a TLS upstream
     /// only (a secret never travels in clear), writes each applicable credential's header.
-    /// Returns the services injected.
+    /// Returns what it wrote: the services, and the mask for the response (see
+    /// [`crate::mask`]). A request that carries a secret asks for an uncompressed response
+    /// (`Accept-Encoding: identity`), so that a reflected secret can be masked.
     ///
     /// A sentinel is looked for, in any letter case, in the method, the target (as sent and
     /// after each of up to four rounds of percent-decoding), every header name, and every
@@ -186,7 +199,7 @@ impl Broker {
         target: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
-    ) -> Result<Vec<String>, Exfiltration> {
+    ) -> Result<Injected, Exfiltration> {
         let secrets = self.secrets();
         let injected_here = self.injected_here(&secrets, dest, phase, tls_upstream);
         self.scan(&injected_here, method, target, headers)?;
@@ -204,22 +217,32 @@ impl Broker {
             });
         }
         let mut done = Vec::new();
+        let mut sent: Vec<String> = Vec::new();
         for inj in injected_here {
             let Some(secret) = secrets.get(&inj.service) else {
                 continue;
             };
+            sent.push(secret.expose().to_owned());
             let value = match &inj.basic_username {
-                Some(user) => format!(
-                    "Basic {}",
-                    base64(format!("{user}:{}", secret.expose()).as_bytes())
-                ),
+                Some(user) => {
+                    let encoded = base64(format!("{user}:{}", secret.expose()).as_bytes());
+                    sent.push(encoded.clone());
+                    format!("Basic {encoded}")
+                }
                 None => inj.format.replacen("%s", secret.expose(), 1),
             };
             headers.retain(|h| !h.is(&inj.header));
             headers.push(Header::new(inj.header.clone(), value.into_bytes()));
             done.push(inj.service.clone());
         }
-        Ok(done)
+        if !done.is_empty() {
+            headers.retain(|h| !h.is("accept-encoding"));
+            headers.push(Header::new("Accept-Encoding", b"identity".to_vec()));
+        }
+        Ok(Injected {
+            services: done,
+            mask: Mask::new(&sent),
+        })
     }
 
     /// [`Broker::apply`]'s judgement alone, for a request that will not be sent (the rules
@@ -420,13 +443,22 @@ mod tests {
         Broker::new(&[gh, basic], &sentinels, secrets)
     }
 
-    /// A runtime `GET /` over TLS to `dest`.
+    /// A runtime `GET /` over TLS to `dest`: what the broker wrote.
+    fn inject(
+        b: &Broker,
+        dest: (&str, u16),
+        h: &mut Vec<Header>,
+    ) -> Result<Injected, Exfiltration> {
+        b.apply(dest, Phase::Runtime, "GET", "/", h, true)
+    }
+
+    /// [`inject`]'s services.
     fn get(
         b: &Broker,
         dest: (&str, u16),
         h: &mut Vec<Header>,
     ) -> Result<Vec<String>, Exfiltration> {
-        b.apply(dest, Phase::Runtime, "GET", "/", h, true)
+        inject(b, dest, h).map(|injected| injected.services)
     }
 
     fn auth(headers: &[Header]) -> Option<String> {
@@ -504,7 +536,8 @@ mod tests {
                 &mut h,
                 true
             )
-            .unwrap(),
+            .unwrap()
+            .services,
             vec!["github"]
         );
         assert_eq!(auth(&h).as_deref(), Some("Bearer ghp_real"));
@@ -664,6 +697,7 @@ mod tests {
                 false
             )
             .unwrap()
+            .services
             .is_empty()
         );
         let mut h = vec![];
@@ -678,6 +712,47 @@ mod tests {
         .unwrap();
         assert_eq!(auth(&h).as_deref(), Some("Basic YWdlbnQ6cHc="));
         assert!(!format!("{b:?}").contains("ghp_real"));
+    }
+
+    /// What was written into a request is what its answer is masked of: the secret, and
+    /// for `scheme: basic` the base64 text it left as (its secret alone is too short to
+    /// mask). The request asks for an uncompressed answer, so a reflection can be seen.
+    /// The twin: a request nothing is injected into keeps its encodings and gets no mask.
+    #[test]
+    fn what_was_injected_is_what_the_answer_is_masked_of() {
+        let b = broker();
+        let gh = Secret::new("ghp_real_and_long_enough".into());
+        b.replace_secrets(
+            [
+                ("github".to_owned(), gh),
+                ("host".to_owned(), Secret::new("pw".into())),
+            ]
+            .into(),
+        );
+        let mut h = vec![Header::new("Accept-Encoding", "gzip, br")];
+        let injected = inject(&b, ("api.github.com", 443), &mut h).unwrap();
+        assert_eq!(injected.services, ["github"]);
+        let mask = injected.mask.unwrap();
+        let mut echo = format!("you sent: {}", auth(&h).unwrap()).into_bytes();
+        assert_eq!(mask.apply(&mut echo), 1);
+        assert_eq!(
+            String::from_utf8(echo).unwrap(),
+            "you sent: Bearer [capgate:masked]********"
+        );
+        let encodings: Vec<_> = h.iter().filter(|h| h.is("accept-encoding")).collect();
+        assert_eq!(encodings.len(), 1);
+        assert_eq!(encodings[0].value, b"identity");
+
+        let mut h = vec![];
+        let basic = inject(&b, ("git.example.com", 443), &mut h).unwrap();
+        let mut echo = auth(&h).unwrap().into_bytes();
+        assert_eq!(basic.mask.unwrap().apply(&mut echo), 1);
+        assert_eq!(echo, b"Basic [capgate:mas");
+
+        let mut h = vec![Header::new("Accept-Encoding", "gzip, br")];
+        let none = inject(&b, ("example.org", 443), &mut h).unwrap();
+        assert!(none.services.is_empty() && none.mask.is_none());
+        assert_eq!(h[0].value, b"gzip, br");
     }
 
     #[test]

@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
+use crate::mask::Mask;
 use crate::proxy::{Gateway, authority_of, http_request, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
@@ -241,7 +242,7 @@ impl Tunnel {
             }
         });
         match prepared {
-            Ok((forward, verdict)) => {
+            Ok((forward, verdict, mask)) => {
                 // Aborted with its connection, the stream is still recorded.
                 let mut unfinished = Unfinished {
                     gw: &self.gw,
@@ -257,7 +258,7 @@ impl Tunnel {
                     .unless_revoked(
                         (&self.target, self.port, Protocol::Https),
                         (http_request(&method, &path), began),
-                        self.relay(forward, body, &mut respond),
+                        self.relay(forward, body, &mut respond, mask.as_ref()),
                     )
                     .await
                 {
@@ -296,14 +297,15 @@ impl Tunnel {
         }
     }
 
-    /// Judges a stream and builds the request to forward with the verdict that allowed it,
-    /// or the refusal: its status, verdict and text.
+    /// Judges a stream and builds the request to forward with the verdict that allowed it
+    /// (and the mask its response goes through when it carries a secret), or the refusal:
+    /// its status, verdict and text.
     fn prepare(
         &self,
         parts: http::request::Parts,
         path: &str,
         path_and_query: &str,
-    ) -> Result<(Request<()>, Verdict), (u16, Verdict, String)> {
+    ) -> Result<Prepared, (u16, Verdict, String)> {
         let (target, host) = (&self.target, self.host.as_str());
         let names_tunnel_host = |authority: &str| {
             split_authority(authority, self.port)
@@ -352,7 +354,7 @@ impl Tunnel {
             .map(|(name, value)| Header::new(name.as_str(), value.as_bytes()))
             .collect();
         let what = format!("{} {host}{path}", parts.method);
-        let verdict = self.gw.judge(
+        let (verdict, mask) = self.gw.judge(
             target,
             host,
             self.port,
@@ -374,7 +376,7 @@ impl Tunnel {
             Some(map) => fill(map, &headers).and_then(|()| forward.body(()).map_err(drop)),
             None => Err(()),
         };
-        built.map(|forward| (forward, verdict)).map_err(|()| {
+        built.map(|forward| (forward, verdict, mask)).map_err(|()| {
             let message = "the request cannot be forwarded as written";
             (
                 400,
@@ -393,6 +395,7 @@ impl Tunnel {
         forward: Request<()>,
         body: RecvStream,
         respond: &mut SendResponse<Bytes>,
+        mask: Option<&Mask>,
     ) -> Result<(u64, u64), Failure> {
         let limits = self.gw.limits();
         let (idle, wait) = (limits.idle_timeout, limits.upstream_timeout);
@@ -413,8 +416,9 @@ impl Tunnel {
             Ok(pair) => pair,
             Err(e) => return Err(gone(e)),
         };
-        let mut upload =
-            Upload((!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle))));
+        let mut upload = Upload(
+            (!end_of_request).then(|| tokio::spawn(pipe_body(body, send, false, idle, None))),
+        );
         let mut uploaded: Option<Result<u64, PipeError>> = None;
         // Until the response head: the upstream's answer, the client's reset, the upload's
         // end, or the time limit, which starts once the request is sent (an upload is
@@ -466,8 +470,20 @@ impl Tunnel {
         let mut head = Response::builder().status(parts.status);
         if let Some(map) = head.headers_mut() {
             for (name, value) in &parts.headers {
-                if !dropped(name.as_str()) {
-                    map.append(name, value.clone());
+                if dropped(name.as_str()) {
+                    continue;
+                }
+                match mask {
+                    Some(mask) => {
+                        if let Some(value) = masked_value(mask, value)
+                            && !mask.finds(name.as_str().as_bytes())
+                        {
+                            map.append(name, value);
+                        }
+                    }
+                    None => {
+                        map.append(name, value.clone());
+                    }
                 }
             }
         }
@@ -482,7 +498,7 @@ impl Tunnel {
         let down = if end_of_response {
             Ok(0)
         } else {
-            pipe_body(down, send, true, idle).await
+            pipe_body(down, send, true, idle, mask).await
         };
         // Once the response is complete, an upload that did not finish is no failure: an
         // upstream may answer early and then stop the upload (RFC 9113 §8.1).
@@ -676,8 +692,10 @@ async fn pipe_body(
     mut to: SendStream<Bytes>,
     trailers: bool,
     idle: Duration,
+    mask: Option<&Mask>,
 ) -> Result<u64, PipeError> {
     let mut total = 0u64;
+    let mut masking = mask.map(|m| (m.stream(), Vec::new()));
     let stalled = |to: &mut SendStream<Bytes>, stall: Stall| {
         to.send_reset(h2::Reason::CANCEL);
         PipeError::Stalled(stall)
@@ -696,20 +714,15 @@ async fn pipe_body(
             Ok(None) => break,
             Err(_) => return Err(stalled(&mut to, Stall::Source)),
         };
-        let mut chunk = chunk;
         let len = chunk.len();
-        while !chunk.is_empty() {
-            to.reserve_capacity(chunk.len());
-            let granted = match timeout(idle, poll_fn(|cx| to.poll_capacity(cx))).await {
-                Ok(Some(granted)) => granted?,
-                Ok(None) => return Err(PipeError::H2(h2::Error::from(h2::Reason::CANCEL))),
-                Err(_) => return Err(stalled(&mut to, Stall::Sink)),
-            };
-            let part = chunk.split_to(granted.min(chunk.len()));
-            if !part.is_empty() {
-                to.send_data(part, false)?;
+        let chunk = match &mut masking {
+            Some((stream, masked)) => {
+                stream.feed(&chunk, masked);
+                Bytes::copy_from_slice(masked)
             }
-        }
+            None => chunk,
+        };
+        send_data(&mut to, chunk, idle).await?;
         from.flow_control().release_capacity(len)?;
         total += len as u64;
     }
@@ -717,12 +730,65 @@ async fn pipe_body(
         Ok(fields) => fields?,
         Err(_) => return Err(stalled(&mut to, Stall::Source)),
     };
+    if let Some((stream, _)) = &mut masking {
+        // What was held back in case it began a secret.
+        send_data(&mut to, Bytes::from(stream.finish()), idle).await?;
+    }
     match fields {
-        Some(fields) if trailers => to.send_trailers(fields)?,
+        Some(fields) if trailers => {
+            let fields = match mask {
+                Some(mask) => fields
+                    .iter()
+                    .filter(|(name, _)| !mask.finds(name.as_str().as_bytes()))
+                    .filter_map(|(name, value)| Some((name.clone(), masked_value(mask, value)?)))
+                    .collect(),
+                None => fields,
+            };
+            to.send_trailers(fields)?
+        }
         _ => to.send_data(Bytes::new(), true)?,
     }
     Ok(total)
 }
+
+/// Sends `chunk` as the receiver's flow control lets it through; a receiver that grants
+/// nothing for `idle` has its stream reset.
+async fn send_data(
+    to: &mut SendStream<Bytes>,
+    mut chunk: Bytes,
+    idle: Duration,
+) -> Result<(), PipeError> {
+    while !chunk.is_empty() {
+        to.reserve_capacity(chunk.len());
+        let granted = match timeout(idle, poll_fn(|cx| to.poll_capacity(cx))).await {
+            Ok(Some(granted)) => granted?,
+            Ok(None) => return Err(PipeError::H2(h2::Error::from(h2::Reason::CANCEL))),
+            Err(_) => {
+                to.send_reset(h2::Reason::CANCEL);
+                return Err(PipeError::Stalled(Stall::Sink));
+            }
+        };
+        let part = chunk.split_to(granted.min(chunk.len()));
+        if !part.is_empty() {
+            to.send_data(part, false)?;
+        }
+    }
+    Ok(())
+}
+
+/// `value` with the secrets of `mask` overwritten (`None` in the impossible case that the
+/// result is no header value: the header is then dropped).
+fn masked_value(mask: &Mask, value: &HeaderValue) -> Option<HeaderValue> {
+    let mut bytes = value.as_bytes().to_vec();
+    if mask.apply(&mut bytes) == 0 {
+        return Some(value.clone());
+    }
+    HeaderValue::from_bytes(&bytes).ok()
+}
+
+/// The request a stream is forwarded as, the verdict that allowed it, and the mask its
+/// response goes through when it carries a secret.
+type Prepared = (Request<()>, Verdict, Option<Mask>);
 
 /// Reads and drops what is left of a refused request's body: at most 1 MiB, each part
 /// within `idle`. A larger or slower body is left to the stream's reset.

@@ -13,6 +13,7 @@ pub mod broker;
 pub mod dns;
 pub mod h1;
 mod http2;
+pub mod mask;
 pub mod proxy;
 pub mod respond;
 pub mod socks;

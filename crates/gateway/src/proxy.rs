@@ -28,6 +28,7 @@ use tokio::time::timeout;
 use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
 use crate::broker::Broker;
 use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
+use crate::mask::{Mask, MaskStream};
 use crate::respond;
 use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
@@ -437,8 +438,9 @@ impl Gateway {
     /// Decides one HTTP request (`method`, normalized `path`) to `host` (normalized from
     /// `target`) and lets the broker
     /// judge and rewrite its headers: the policy's verdict, or the broker's refusal of a
-    /// sentinel sent where its credential is not injected. `tls_upstream`: the request
-    /// leaves over TLS (a secret is never written into a cleartext request).
+    /// sentinel sent where its credential is not injected; with an allowed request that
+    /// now carries a secret, the mask its response must go through. `tls_upstream`: the
+    /// request leaves over TLS (a secret is never written into a cleartext request).
     #[expect(
         clippy::too_many_arguments,
         reason = "one request, as the codecs hand it over"
@@ -452,17 +454,20 @@ impl Gateway {
         path_and_query: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
-    ) -> Verdict {
+    ) -> (Verdict, Option<Mask>) {
         if Method::parse(method).is_none() && Method::parse(&method.to_ascii_uppercase()).is_some()
         {
             // Methods are case-sensitive, so `delete` is an extension method that no
             // `DELETE` rule matches; servers that upper-case the method would run it as one.
-            return Verdict::refused(
-                Reason::MalformedRequest,
-                format!(
-                    "the method `{method}` is `{}` in another letter case; it has no single reading",
-                    method.to_ascii_uppercase()
+            return (
+                Verdict::refused(
+                    Reason::MalformedRequest,
+                    format!(
+                        "the method `{method}` is `{}` in another letter case; it has no single reading",
+                        method.to_ascii_uppercase()
+                    ),
                 ),
+                None,
             );
         }
         if let Some(h) = headers.iter().find(|h| {
@@ -470,12 +475,15 @@ impl Gateway {
                 && !h.value.eq_ignore_ascii_case(method.as_bytes())
         }) {
             // Frameworks that honour the header run its method, not the one judged.
-            return Verdict::refused(
-                Reason::MalformedRequest,
-                format!(
-                    "the request is `{method}` but its `{}` header names another method; it has no single reading",
-                    h.name
+            return (
+                Verdict::refused(
+                    Reason::MalformedRequest,
+                    format!(
+                        "the request is `{method}` but its `{}` header names another method; it has no single reading",
+                        h.name
+                    ),
                 ),
+                None,
             );
         }
         if let Some(other) = query_methods(path_and_query)
@@ -483,12 +491,15 @@ impl Gateway {
             .find(|m| !m.eq_ignore_ascii_case(method.as_bytes()))
         {
             // Laravel, Symfony and Express' method-override (with a query getter) read it.
-            return Verdict::refused(
-                Reason::MalformedRequest,
-                format!(
-                    "the request is `{method}` but its query's `_method` names `{}`; it has no single reading",
-                    String::from_utf8_lossy(&other).escape_default()
+            return (
+                Verdict::refused(
+                    Reason::MalformedRequest,
+                    format!(
+                        "the request is `{method}` but its query's `_method` names `{}`; it has no single reading",
+                        String::from_utf8_lossy(&other).escape_default()
+                    ),
                 ),
+                None,
             );
         }
         let request = http_request(method, path);
@@ -497,7 +508,7 @@ impl Gateway {
         if !verdict.is_allowed() {
             // Refused either way; one that carries a sentinel is recorded as what it is.
             if let Some(refused) = self.sentinel_in_host(host) {
-                return refused;
+                return (refused, None);
             }
             if self.cfg().broker.has_sentinels()
                 && let Err(exfil) = self.cfg().broker.check(
@@ -509,12 +520,12 @@ impl Gateway {
                     tls_upstream,
                 )
             {
-                return exfiltration(exfil.message(host));
+                return (exfiltration(exfil.message(host)), None);
             }
-            return verdict;
+            return (verdict, None);
         }
         if let Some(refused) = self.sentinel_in_host(host) {
-            return refused;
+            return (refused, None);
         }
         match self.cfg().broker.apply(
             (host, port),
@@ -524,8 +535,8 @@ impl Gateway {
             headers,
             tls_upstream,
         ) {
-            Ok(_) => verdict,
-            Err(exfil) => exfiltration(exfil.message(host)),
+            Ok(injected) => (verdict, injected.mask),
+            Err(exfil) => (exfiltration(exfil.message(host)), None),
         }
     }
 
@@ -1292,7 +1303,7 @@ impl Gateway {
         let carried = carried_http(tls_upstream);
         // Read before the judgement: see `until_revoked`.
         let began = self.cfg().phase.get();
-        let mut verdict = self.judge(
+        let (mut verdict, mask) = self.judge(
             &target,
             &host,
             port,
@@ -1408,8 +1419,8 @@ impl Gateway {
                 client,
                 buf,
                 &mut up.stream,
-                &self.cfg().limits.h1,
-                idle,
+                (&self.cfg().limits.h1, idle),
+                None,
             )
             .await
         };
@@ -1539,7 +1550,7 @@ impl Gateway {
                     client,
                     buf,
                     upstream,
-                    &response,
+                    (&response, mask.as_ref()),
                     websocket,
                     (&target, &host, port, &path, carried, began),
                 )
@@ -1563,6 +1574,10 @@ impl Gateway {
                 });
         }
         let mut resp_headers = response.headers.clone();
+        let mut reason = response.reason.clone();
+        if let Some(mask) = &mask {
+            mask_head(mask, &mut reason, &mut resp_headers);
+        }
         h1::strip_hop_by_hop(&mut resp_headers);
         let client_keep = head.keep_alive && response.framing != Framing::CloseDelimited;
         if response.framing == Framing::Chunked {
@@ -1572,9 +1587,7 @@ impl Gateway {
             resp_headers.push(Header::new("Connection", b"close".to_vec()));
         }
         let mut out = Vec::with_capacity(1024);
-        if h1::write_response_head(response.status, &response.reason, &resp_headers, &mut out)
-            .is_err()
-        {
+        if h1::write_response_head(response.status, &reason, &resp_headers, &mut out).is_err() {
             *upstream = None;
             self.send(client, &respond::unrelayable()).await?;
             return Ok(false);
@@ -1583,8 +1596,12 @@ impl Gateway {
         if let Framing::Length(n) = response.framing {
             let n = usize::try_from(n).unwrap_or(usize::MAX);
             if n <= up.buf.len() && n <= 64 * 1024 {
+                let body_at = out.len();
                 out.extend_from_slice(&up.buf[..n]);
                 up.buf.drain(..n);
+                if let Some(mask) = &mask {
+                    mask.apply(&mut out[body_at..]);
+                }
                 if !response.keep_alive {
                     *upstream = None;
                 }
@@ -1602,7 +1619,9 @@ impl Gateway {
         let streaming = !matches!(response.framing, Framing::Length(n) if n <= SPLICE_MIN);
         let relay = async {
             match response.framing {
-                Framing::Length(n) if n > SPLICE_MIN => {
+                // A masked body goes through user space (it has a secret only over TLS,
+                // which is never spliced anyway).
+                Framing::Length(n) if n > SPLICE_MIN && mask.is_none() => {
                     relay_length(n, &mut out, up, client, &self.cfg().limits.h1, idle).await
                 }
                 framing => match self.send(client, &out).await {
@@ -1612,8 +1631,8 @@ impl Gateway {
                             &mut up.stream,
                             &mut up.buf,
                             client,
-                            &self.cfg().limits.h1,
-                            idle,
+                            (&self.cfg().limits.h1, idle),
+                            mask.as_ref(),
                         )
                         .await
                     }
@@ -1695,7 +1714,7 @@ impl Gateway {
         client: &mut C,
         early: &mut Vec<u8>,
         upstream: &mut Option<Upstream>,
-        response: &ResponseHead,
+        (response, mask): (&ResponseHead, Option<&Mask>),
         asked: bool,
         (target, host, port, path, carried, began): (&Target, &str, u16, &str, Protocol, Phase),
     ) -> std::io::Result<Switched> {
@@ -1715,17 +1734,30 @@ impl Gateway {
             return Ok(Switched::Refused);
         }
         let mut headers = response.headers.clone();
+        let mut reason = response.reason.clone();
+        if let Some(mask) = mask {
+            mask_head(mask, &mut reason, &mut headers);
+        }
         h1::strip_hop_by_hop(&mut headers);
         headers.push(Header::new("Connection", b"Upgrade".to_vec()));
         headers.push(Header::new("Upgrade", b"websocket".to_vec()));
         let mut out = Vec::with_capacity(512 + up.buf.len());
-        if h1::write_response_head(101, &response.reason, &headers, &mut out).is_err() {
+        if h1::write_response_head(101, &reason, &headers, &mut out).is_err() {
             self.send(client, &respond::unrelayable()).await.ok();
             return Ok(Switched::Refused);
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
-        out.append(&mut up.buf);
+        let mut masking = mask.map(Mask::stream);
+        match &mut masking {
+            Some(stream) => {
+                let mut masked = Vec::new();
+                stream.feed(&up.buf, &mut masked);
+                out.append(&mut masked);
+                up.buf.clear();
+            }
+            None => out.append(&mut up.buf),
+        }
         let up_early = early.len() as u64;
         let idle = self.cfg().limits.idle_timeout;
         if self.send(client, &out).await.is_err()
@@ -1736,7 +1768,12 @@ impl Gateway {
             return Ok(Switched::Failed);
         }
         early.clear();
-        let relay = tokio::io::copy_bidirectional(client, &mut up.stream);
+        let relay = async {
+            match masking {
+                Some(stream) => relay_masked(client, &mut up.stream, stream).await,
+                None => tokio::io::copy_bidirectional(client, &mut up.stream).await,
+            }
+        };
         let request = HttpRequest {
             method: Method::Get,
             path: path.to_owned(),
@@ -1867,8 +1904,8 @@ async fn relay_length<C: Io>(
             &mut up.stream,
             &mut up.buf,
             client,
-            limits,
-            idle,
+            (limits, idle),
+            None,
         )
         .await;
     };
@@ -1896,20 +1933,22 @@ async fn read_more<R: AsyncRead + Unpin + ?Sized>(
 }
 
 /// Copies a message body from `src` (whose already-read bytes are in `pending`) to `dst`,
-/// re-chunking chunked bodies. Returns the payload bytes relayed. A read or a write that
+/// re-chunking chunked bodies, through `mask` when it has one (a response to a request
+/// that carried a secret). Returns the payload bytes relayed. A read or a write that
 /// makes no progress for `idle` fails with a [`Stall`] naming the side that stalled.
 async fn relay_body<R, W>(
     framing: Framing,
     src: &mut R,
     pending: &mut Vec<u8>,
     dst: &mut W,
-    limits: &h1::Limits,
-    idle: Duration,
+    (limits, idle): (&h1::Limits, Duration),
+    mask: Option<&Mask>,
 ) -> std::io::Result<u64>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
+    let mut masking = mask.map(|m| (m.stream(), Vec::new()));
     match framing {
         Framing::None => Ok(0),
         Framing::Length(n) => {
@@ -1918,7 +1957,7 @@ where
                 .unwrap_or(usize::MAX)
                 .min(pending.len());
             if take > 0 {
-                stall::writing(idle, dst.write_all(&pending[..take])).await?;
+                pass(&mut masking, &pending[..take], dst, idle).await?;
                 pending.drain(..take);
                 left -= take as u64;
             }
@@ -1937,9 +1976,10 @@ where
                         "body ended early",
                     ));
                 }
-                stall::writing(idle, dst.write_all(&chunk[..got])).await?;
+                pass(&mut masking, &chunk[..got], dst, idle).await?;
                 left -= got as u64;
             }
+            pass_rest(&mut masking, dst, idle).await?;
             Ok(n)
         }
         Framing::Chunked => {
@@ -1954,13 +1994,29 @@ where
                 })?;
                 pending.drain(..consumed);
                 if !payload.is_empty() {
-                    encoded.clear();
-                    h1::write_chunk(&payload, &mut encoded);
-                    stall::writing(idle, dst.write_all(&encoded)).await?;
+                    let out: &[u8] = match &mut masking {
+                        Some((stream, masked)) => {
+                            stream.feed(&payload, masked);
+                            masked
+                        }
+                        None => &payload,
+                    };
+                    // All of it may be held back; an empty chunk would end the body.
+                    if !out.is_empty() {
+                        encoded.clear();
+                        h1::write_chunk(out, &mut encoded);
+                        stall::writing(idle, dst.write_all(&encoded)).await?;
+                    }
                     total += payload.len() as u64;
                 }
                 if finished {
                     encoded.clear();
+                    if let Some((stream, _)) = &mut masking {
+                        let rest = stream.finish();
+                        if !rest.is_empty() {
+                            h1::write_chunk(&rest, &mut encoded);
+                        }
+                    }
                     h1::write_last_chunk(&mut encoded);
                     stall::writing(idle, dst.write_all(&encoded)).await?;
                     return Ok(total);
@@ -1975,18 +2031,113 @@ where
         }
         Framing::CloseDelimited => {
             let mut total = pending.len() as u64;
-            stall::writing(idle, dst.write_all(pending)).await?;
+            pass(&mut masking, pending, dst, idle).await?;
             pending.clear();
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
                 let got = stall::reading(idle, src.read(&mut chunk)).await?;
                 if got == 0 {
+                    pass_rest(&mut masking, dst, idle).await?;
                     return Ok(total);
                 }
-                stall::writing(idle, dst.write_all(&chunk[..got])).await?;
+                pass(&mut masking, &chunk[..got], dst, idle).await?;
                 total += got as u64;
             }
         }
+    }
+}
+
+/// Relays a connection's bytes both ways until each side has closed its sending half, as
+/// `copy_bidirectional` does, the upstream's bytes through `stream` (a WebSocket whose
+/// upgrade request carried a secret). Returns the bytes up and down.
+async fn relay_masked<C, U>(
+    client: &mut C,
+    upstream: &mut U,
+    mut stream: MaskStream<'_>,
+) -> std::io::Result<(u64, u64)>
+where
+    C: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    U: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let (mut client_in, mut client_out) = tokio::io::split(client);
+    let (mut up_in, mut up_out) = tokio::io::split(upstream);
+    let up = async {
+        let n = tokio::io::copy(&mut client_in, &mut up_out).await?;
+        up_out.shutdown().await?;
+        Ok::<_, std::io::Error>(n)
+    };
+    let down = async {
+        let (mut buf, mut masked, mut total) = (vec![0u8; 16 * 1024], Vec::new(), 0u64);
+        loop {
+            let n = up_in.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            stream.feed(&buf[..n], &mut masked);
+            client_out.write_all(&masked).await?;
+            total += n as u64;
+        }
+        client_out.write_all(&stream.finish()).await?;
+        client_out.shutdown().await?;
+        Ok(total)
+    };
+    tokio::try_join!(up, down)
+}
+
+/// A body's mask at work, with the buffer its output goes through.
+type Masking<'a> = Option<(MaskStream<'a>, Vec<u8>)>;
+
+/// Writes `bytes` of a body to `dst`: through its mask when it has one, which may hold
+/// back an end that could begin a secret until the next bytes (or [`pass_rest`]).
+async fn pass<W: AsyncWrite + Unpin + ?Sized>(
+    masking: &mut Masking<'_>,
+    bytes: &[u8],
+    dst: &mut W,
+    idle: Duration,
+) -> std::io::Result<()> {
+    let out = match masking {
+        Some((stream, masked)) => {
+            stream.feed(bytes, masked);
+            masked.as_slice()
+        }
+        None => bytes,
+    };
+    if out.is_empty() {
+        return Ok(());
+    }
+    stall::writing(idle, dst.write_all(out)).await
+}
+
+/// The body has ended: writes what its mask held back.
+async fn pass_rest<W: AsyncWrite + Unpin + ?Sized>(
+    masking: &mut Masking<'_>,
+    dst: &mut W,
+    idle: Duration,
+) -> std::io::Result<()> {
+    match masking {
+        Some((stream, _)) => {
+            let rest = stream.finish();
+            if rest.is_empty() {
+                return Ok(());
+            }
+            stall::writing(idle, dst.write_all(&rest)).await
+        }
+        None => Ok(()),
+    }
+}
+
+/// Masks the secrets of `mask` in a response head: the reason phrase and header values
+/// are overwritten in place; a header whose name holds one is dropped (the marker is no
+/// token).
+pub(crate) fn mask_head(mask: &Mask, reason: &mut String, headers: &mut Vec<Header>) {
+    let mut bytes = std::mem::take(reason).into_bytes();
+    mask.apply(&mut bytes);
+    // The marker is ASCII and overwrites whole secrets, so the text stays UTF-8; were it
+    // not, the reason (a courtesy) is dropped rather than risked.
+    *reason = String::from_utf8(bytes).unwrap_or_default();
+    headers.retain(|h| !mask.finds(h.name.as_bytes()));
+    for h in headers.iter_mut() {
+        mask.apply(&mut h.value);
     }
 }
 

@@ -98,16 +98,53 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 .and_then(|(_, n)| n.parse::<usize>().ok());
             let target = head.split(' ').nth(1).unwrap_or("").to_owned();
             let upgrade = head.to_ascii_lowercase().contains("\r\nupgrade: websocket");
-            seen.lock().unwrap().requests.push(head);
+            seen.lock().unwrap().requests.push(head.clone());
             // `/ws` with a WebSocket upgrade (RFC 6455's example key): 101, then echo
             // masked text frames back unmasked. `/switch`: a 101 nobody asked for.
-            if target.ends_with("/ws") && upgrade {
+            // `/ws-auth`: the same, but the first echo comes after a frame with the
+            // request's Authorization (so that frame cannot come with the 101).
+            if (target.ends_with("/ws") || target.ends_with("/ws-auth")) && upgrade {
                 let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
                 if s.write_all(resp.as_bytes()).await.is_err() {
                     return;
                 }
-                echo_frames(&mut s, std::mem::take(&mut buf)).await;
+                let mut first = Vec::new();
+                if target.ends_with("/ws-auth") {
+                    let auth = authorization(&head);
+                    first.extend_from_slice(&[0x81, auth.len() as u8]);
+                    first.extend_from_slice(auth.as_bytes());
+                }
+                echo_frames(&mut s, std::mem::take(&mut buf), first).await;
                 return;
+            }
+            // `/echo`: the request head back, its Authorization also in the reason phrase
+            // and a header; `/echo-chunked`: the head back in chunks of 5 bytes.
+            if target.ends_with("/echo") || target.ends_with("/echo-chunked") {
+                let auth = authorization(&head);
+                let echo = head.clone();
+                let resp = if target.ends_with("/echo") {
+                    format!(
+                        "HTTP/1.1 200 Echo {auth}\r\nX-Echo: {auth}\r\nContent-Length: {}\r\n\r\n{echo}",
+                        echo.len()
+                    )
+                } else {
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    );
+                    for piece in echo.as_bytes().chunks(5) {
+                        r.push_str(&format!(
+                            "{:x}\r\n{}\r\n",
+                            piece.len(),
+                            String::from_utf8_lossy(piece)
+                        ));
+                    }
+                    r.push_str("0\r\n\r\n");
+                    r
+                };
+                if s.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                continue;
             }
             if target.ends_with("/switch") {
                 let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nPRI * HTTP/2.0";
@@ -132,6 +169,17 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// The value of a request head's `Authorization` header ("" without one).
+fn authorization(head: &str) -> String {
+    head.split("\r\n")
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("authorization")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_default()
 }
 
 /// The same server over HTTP/2 (for upstreams whose TLS offers `h2`). It records each
@@ -171,19 +219,24 @@ where
                 ));
             }
             head.push_str(&format!("\r\n(body {received} bytes)"));
-            seen.lock().unwrap().requests.push(head);
+            seen.lock().unwrap().requests.push(head.clone());
             let big = target
                 .rsplit_once("/big/")
                 .and_then(|(_, n)| n.parse::<usize>().ok());
+            // `/echo`: the request back, its Authorization also in a header.
+            let echo = target.ends_with("/echo");
             let body = match big {
                 Some(n) => big_body(n),
+                None if echo => head.clone(),
                 None => format!("hello from {name}\n"),
             };
-            let response = http::Response::builder()
+            let mut response = http::Response::builder()
                 .status(200)
-                .header("content-length", body.len())
-                .body(())
-                .unwrap();
+                .header("content-length", body.len());
+            if echo {
+                response = response.header("x-echo", authorization(&head));
+            }
+            let response = response.body(()).unwrap();
             if let Ok(mut send) = respond.send_response(response, false) {
                 let _ = send.send_data(bytes::Bytes::from(body), true);
             }
@@ -191,10 +244,12 @@ where
     }
 }
 
-/// Echoes masked WebSocket text frames (payload < 126 bytes) as unmasked ones.
+/// Echoes masked WebSocket text frames (payload < 126 bytes) as unmasked ones; `first`
+/// goes out just before the first echo.
 async fn echo_frames<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     s: &mut S,
     mut buf: Vec<u8>,
+    mut first: Vec<u8>,
 ) {
     loop {
         if buf.len() >= 6 {
@@ -207,7 +262,8 @@ async fn echo_frames<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                     .map(|(i, b)| b ^ mask[i % 4])
                     .collect();
                 buf.drain(..6 + len);
-                let mut frame = vec![0x81, payload.len() as u8];
+                let mut frame = std::mem::take(&mut first);
+                frame.extend_from_slice(&[0x81, payload.len() as u8]);
                 frame.extend_from_slice(&payload);
                 if s.write_all(&frame).await.is_err() {
                     return;
@@ -1092,6 +1148,137 @@ async fn over_http2_the_sentinel_is_swapped_only_on_the_inject_domain() {
     assert!(!out.contains("ghp_the_real_secret"));
 }
 
+/// An inject domain that echoes its request (here `/echo`) would hand the real secret to
+/// the workload, which is only ever meant to hold the sentinel: the response to a request
+/// that carried a secret is masked in its reason phrase, headers and body (with a length
+/// and chunked, over HTTP/1.1 and HTTP/2), each secret overwritten by a marker of its
+/// length so the framing holds. Twins: the upstream did get the secret (and was asked for
+/// an uncompressed answer), and the same echo where nothing is injected is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_the_inject_domain_echoes_reaches_the_workload_masked() {
+    let h = harness(true).await;
+    let auth = format!("Authorization: Bearer {SENTINEL}");
+    let masked = "Bearer [capgate:masked]***";
+    for path in ["/repos/echo", "/repos/echo-chunked"] {
+        let (code, out) = curl(
+            &h,
+            &[
+                "-i",
+                "--compressed",
+                "-H",
+                &auth,
+                &url(&h, "https", "api.test", path),
+            ],
+        )
+        .await;
+        assert_eq!(code, 0, "{path}: {out}");
+        assert!(!out.contains("ghp_the_real_secret"), "{path}: {out}");
+        assert!(out.contains(&format!("\r\nX-Echo: {masked}\r\n")), "{out}");
+        assert!(
+            out.contains(&format!("\r\nAuthorization: {masked}\r\n")),
+            "the echoed head, masked: {out}"
+        );
+        if path.ends_with("/echo") {
+            assert!(
+                out.contains(&format!("\nHTTP/1.1 200 Echo {masked}\r\n")),
+                "{out}"
+            );
+        }
+        let seen = h.seen["api.test"].lock().unwrap().requests.clone();
+        let last = seen.last().unwrap();
+        assert!(
+            last.contains("Authorization: Bearer ghp_the_real_secret")
+                && last.contains("\r\nAccept-Encoding: identity")
+                && !last.contains("gzip"),
+            "{last}"
+        );
+    }
+    // Over HTTP/2.
+    let (code, out) = curl_h2(
+        &h,
+        &[
+            "-i",
+            "-H",
+            &auth,
+            &url(&h, "https", "h2.test", "/repos/echo"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("\n200 2\n"), "{out}");
+    assert!(!out.contains("ghp_the_real_secret"), "{out}");
+    assert!(
+        out.contains(&format!("x-echo: {masked}\r\n"))
+            && out.contains(&format!("\r\nauthorization: {masked}\r\n")),
+        "{out}"
+    );
+    assert!(
+        h.seen["h2.test"].lock().unwrap().requests[0]
+            .contains("authorization: Bearer ghp_the_real_secret")
+    );
+    // The twins: nothing injected on secure.test, so its echo comes back as it was sent,
+    // compression asked for included; and an answer without the secret is untouched.
+    let (code, out) = curl(
+        &h,
+        &[
+            "-i",
+            "--compressed",
+            &url(&h, "https", "secure.test", "/echo"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("gzip") && !out.contains("capgate:masked"),
+        "{out}"
+    );
+    let (code, out) = curl(&h, &[&url(&h, "https", "api.test", "/repos/x")]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("hello from api.test\n"), "{out}");
+}
+
+/// A WebSocket whose upgrade request carried a secret is masked too: the upstream's first
+/// frame quotes the Authorization it got. The twin: the echo of the client's own frame
+/// after it comes back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgraded_with_a_secret_gets_its_frames_masked() {
+    let h = harness(true).await;
+    let (host, port) = ("api.test", h.ports["api.test"]);
+    let mut ws = tls_through(&h, host, &[]).await;
+    let request = format!(
+        "GET /repos/ws-auth HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {SENTINEL}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    ws.write_all(request.as_bytes()).await.unwrap();
+    let head = read_until_tls(&mut ws, "\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | 5];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hello".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    ws.write_all(&frame).await.unwrap();
+    let mut got = Vec::new();
+    let expected_frame = b"\x81\x1aBearer [capgate:masked]***";
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !got.ends_with(expected_frame) && !got.ends_with(b"ghp_the_real_secret") {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout_at(deadline, ws.read(&mut byte)).await {
+            Ok(Ok(1)) => got.push(byte[0]),
+            _ => break,
+        }
+    }
+    assert_eq!(got, expected_frame, "{}", String::from_utf8_lossy(&got));
+    let mut echo = [0u8; 7];
+    tokio::time::timeout(std::time::Duration::from_secs(5), ws.read_exact(&mut echo))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echo, b"\x81\x05hello");
+    assert!(
+        h.seen[host].lock().unwrap().requests[0]
+            .contains("Authorization: Bearer ghp_the_real_secret")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_http2_bodies_arrive_whole_both_ways() {
     // With a credential every TLS host is intercepted.
@@ -1365,17 +1552,26 @@ fn client_tls(h: &Harness, alpn: &[&[u8]]) -> rustls::ClientConfig {
     config
 }
 
+/// TLS to `host` (offering `alpn`) in a CONNECT tunnel through the proxy, trusting the
+/// harness's bundle.
+async fn tls_through(
+    h: &Harness,
+    host: &str,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = connect_through(h, host).await;
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(client_tls(h, alpn)))
+        .connect(name, tcp)
+        .await
+        .unwrap()
+}
+
 /// An HTTP/2 client (the h2 crate, as hyper uses it) through the proxy: CONNECT, TLS
 /// trusting the harness's bundle with ALPN `h2`, then the HTTP/2 handshake. For what curl
 /// cannot do: curl reads an upload's stdin blocking, so it never sees an early answer.
 async fn h2_client(h: &Harness, host: &str) -> h2::client::SendRequest<bytes::Bytes> {
-    let tcp = connect_through(h, host).await;
-    let config = client_tls(h, &[b"h2"]);
-    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap();
+    let tls = tls_through(h, host, &[b"h2"]).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let (sender, connection) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(async move {
@@ -1548,6 +1744,11 @@ async fn tunnel_request(s: &mut TcpStream, host: &str) -> String {
 
 /// Reads until `end` (or the end of the stream, or 5 s).
 async fn read_until(s: &mut TcpStream, end: &str) -> String {
+    read_until_tls(s, end).await
+}
+
+/// [`read_until`] for any stream.
+async fn read_until_tls<S: tokio::io::AsyncRead + Unpin>(s: &mut S, end: &str) -> String {
     let mut got = Vec::new();
     let mut byte = [0u8; 1];
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
