@@ -67,14 +67,18 @@ pub fn parse(bytes: &[u8], limits: &Limits, diags: &mut Diagnostics) -> Option<N
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if let Some((at, c)) = hidden_control(text) {
         let offset = bytes.len() - text.len() + at;
-        diags.error(
-            &root,
-            pos_of_byte(bytes, offset),
+        let message = if reorders(c) {
+            format!(
+                "descriptor holds the bidirectional formatting character U+{:04X}: it changes the order in which an editor or a review shows the text around it, so what is read can differ from what is granted (if it is meant, write it as an escape in a double-quoted string)",
+                u32::from(c)
+            )
+        } else {
             format!(
                 "descriptor holds the control character U+{:04X}: a kit is text, and a control character (or a carriage return not ending a line) can make a terminal or editor show something other than what is granted",
                 u32::from(c)
-            ),
-        );
+            )
+        };
+        diags.error(&root, pos_of_byte(bytes, offset), message);
         return None;
     }
     match Builder::new(limits).run(text) {
@@ -87,22 +91,33 @@ pub fn parse(bytes: &[u8], limits: &Limits, diags: &mut Diagnostics) -> Option<N
 }
 
 /// The first control character of `text` other than a tab, a line feed and a carriage
-/// return that ends a line (CRLF): byte offset and character. ESC, backspace, a lone CR
-/// (which YAML reads as a line break, a terminal as a return to the line's start) and the
-/// C1 controls let a kit hide a grant from whoever reads it.
+/// return that ends a line (CRLF), or bidirectional formatting character: byte offset and
+/// character. ESC, backspace, a lone CR (which YAML reads as a line break, a terminal as a
+/// return to the line's start) and the C1 controls let a kit hide a grant from whoever
+/// reads it; a bidirectional override or isolate, even in a comment, reorders what an
+/// editor shows after it ("Trojan Source", CVE-2021-42574).
 fn hidden_control(text: &str) -> Option<(usize, char)> {
     let mut chars = text.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         let allowed = match c {
             '\t' | '\n' => true,
             '\r' => chars.peek().is_some_and(|&(_, next)| next == '\n'),
-            _ => !c.is_control(),
+            _ => !c.is_control() && !reorders(c),
         };
         if !allowed {
             return Some((at, c));
         }
     }
     None
+}
+
+/// Whether `c` is a bidirectional formatting character: the marks (ALM, LRM, RLM), the
+/// embeddings and overrides (U+202A–U+202E) and the isolates (U+2066–U+2069).
+fn reorders(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 /// Line and column (1-based, in characters) of a byte offset, counting only the valid
@@ -538,6 +553,28 @@ mod tests {
         for text in ["a: 1\r\nb: 2\r\n", "a: 1 \t# c\n", "a: \"tab\tin\"\n"] {
             assert!(read(text).is_ok(), "{text:?}");
         }
+    }
+
+    /// A bidirectional override or isolate reorders what an editor shows after it, in a
+    /// comment as in a value: refused where it stands. Its twins: the same character
+    /// written as an escape in a double-quoted string, and right-to-left text itself.
+    #[test]
+    fn bidirectional_formatting_is_refused_even_in_comments() {
+        for (text, at) in [
+            ("paths: [/tmp] # \u{202E}]cte/ ,\n", "1:17"),
+            ("a: x\n# \u{2066}note\u{2069}\n", "2:3"),
+            ("a: \"b\u{200F}c\"\n", "1:6"),
+            ("a: 1\nb: \u{061C}2\n", "2:4"),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(
+                e.starts_with(at) && e.contains("bidirectional formatting character"),
+                "{text:?}: {e}"
+            );
+        }
+        let escaped = read("a: \"x\\u202Ey\"\n").unwrap();
+        assert_eq!(escaped.get("a").and_then(Node::as_str), Some("x\u{202E}y"));
+        assert!(read("a: \"שלום\" # عربي\n").is_ok());
     }
 
     fn err(text: &str) -> String {
