@@ -236,7 +236,14 @@ impl Broker {
             done.push(inj.service.clone());
         }
         if !done.is_empty() {
-            headers.retain(|h| !h.is("accept-encoding"));
+            // An answer must come readable to be masked: no compression (without
+            // `grpc-accept-encoding` a gRPC server compresses no message), and no
+            // WebSocket extension (permessage-deflate).
+            headers.retain(|h| {
+                !h.is("accept-encoding")
+                    && !h.is("grpc-accept-encoding")
+                    && !h.is("sec-websocket-extensions")
+            });
             headers.push(Header::new("Accept-Encoding", b"identity".to_vec()));
         }
         Ok(Injected {

@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::mask::Mask;
+use crate::mask::{Mask, RELEASE_AFTER};
 use crate::proxy::{Gateway, authority_of, http_request, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
@@ -702,11 +702,19 @@ async fn pipe_body(
     };
     loop {
         // The receiver may reset the stream while the sender is quiet (a long poll, an
-        // event stream): that ends the relay at once, not at the idle limit.
+        // event stream): that ends the relay at once, not at the idle limit. A mask that
+        // holds bytes it may let go writes them after a quiet spell (see `crate::mask`).
+        let releasable = masking.as_ref().is_some_and(|(s, _)| s.releasable());
         let next = tokio::select! {
             next = timeout(idle, from.data()) => next,
             reset = poll_fn(|cx| to.poll_reset(cx)) => {
                 return Err(PipeError::H2(reset.map_or_else(|e| e, h2::Error::from)));
+            }
+            () = tokio::time::sleep(RELEASE_AFTER), if releasable => {
+                if let Some((stream, _)) = &mut masking {
+                    send_data(&mut to, Bytes::from(stream.release()), idle).await?;
+                }
+                continue;
             }
         };
         let chunk = match next {

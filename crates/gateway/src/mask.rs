@@ -12,17 +12,29 @@
 //! end of a piece while it could be the start of a secret, and lets it go once the next
 //! piece shows it is not (or masks it when it is); at the end of the body the rest leaves.
 //! Only a piece's end that equals a secret's beginning is held, so an event stream whose
-//! events end with a newline is not delayed.
+//! events end with a newline is not delayed. A stream that goes quiet with at most
+//! [`RELEASE_MAX`] such bytes held gets them after [`RELEASE_AFTER`] (a turn-taking
+//! protocol would otherwise wait forever for its message's last byte); should the rest of
+//! the secret follow, it is still overwritten, so at most those first bytes of a secret
+//! (for most tokens, their public prefix: `ghp_`, `sk-a`, `eyJh`) can leave in clear.
 //!
 //! What is not masked: a secret the upstream sends otherwise encoded (compressed, escaped,
 //! percent- or base64-encoded unless basic), or in parts over several responses.
 
 use std::fmt;
+use std::time::Duration;
 
 use memchr::memmem;
 
 /// What a masked secret reads as; cut to the secret's length, or padded with `*`.
 const MARKER: &[u8] = b"[capgate:masked]";
+
+/// How many bytes of a secret's beginning a quiet stream lets out (see the module's
+/// account).
+pub const RELEASE_MAX: usize = 4;
+
+/// How long a stream must be quiet before it lets out held bytes.
+pub const RELEASE_AFTER: Duration = Duration::from_millis(200);
 
 /// Secrets shorter than this are not masked: a short value occurs by chance in ordinary
 /// text, and masking it would corrupt responses more than it protects.
@@ -85,6 +97,7 @@ impl Mask {
     pub fn stream(&self) -> MaskStream<'_> {
         MaskStream {
             mask: self,
+            sent: Vec::new(),
             held: Vec::new(),
         }
     }
@@ -111,7 +124,10 @@ fn overwrite(place: &mut [u8]) {
 /// Masks a body that arrives in pieces (see the module's account).
 pub struct MaskStream<'a> {
     mask: &'a Mask,
-    /// The end of the last piece, which may be a secret's beginning.
+    /// Bytes let out (by [`MaskStream::release`]) that may still begin a secret: kept so
+    /// that the rest of that secret is overwritten when it comes.
+    sent: Vec<u8>,
+    /// Bytes taken but not let out: the end of the last piece, which may begin a secret.
     held: Vec<u8>,
 }
 
@@ -125,16 +141,40 @@ impl MaskStream<'_> {
     /// Takes the next piece of the body; puts into `out` (cleared first) what may leave now.
     pub fn feed(&mut self, piece: &[u8], out: &mut Vec<u8>) {
         out.clear();
+        let sent = self.sent.len();
+        out.append(&mut self.sent);
         out.append(&mut self.held);
         out.extend_from_slice(piece);
         self.mask.apply(out);
-        let keep = self.mask.open_end(out);
-        self.held.extend_from_slice(&out[out.len() - keep..]);
-        out.truncate(out.len() - keep);
+        // The end that may begin a secret: what of it has not left yet is held, what has
+        // is remembered.
+        let open_at = out.len() - self.mask.open_end(out);
+        let held_at = open_at.max(sent);
+        self.held.extend_from_slice(&out[held_at..]);
+        self.sent.extend_from_slice(&out[open_at..held_at]);
+        out.truncate(held_at);
+        out.drain(..sent);
+    }
+
+    /// Whether [`MaskStream::release`] would let bytes out.
+    pub fn releasable(&self) -> bool {
+        !self.held.is_empty() && self.sent.len() + self.held.len() <= RELEASE_MAX
+    }
+
+    /// The stream has been quiet for [`RELEASE_AFTER`]: lets out what is held when that
+    /// is at most [`RELEASE_MAX`] bytes of a secret's beginning (empty otherwise).
+    pub fn release(&mut self) -> Vec<u8> {
+        if !self.releasable() {
+            return Vec::new();
+        }
+        let out = std::mem::take(&mut self.held);
+        self.sent.extend_from_slice(&out);
+        out
     }
 
     /// The body has ended: what was held back leaves (it is no secret, being incomplete).
     pub fn finish(&mut self) -> Vec<u8> {
+        self.sent.clear();
         std::mem::take(&mut self.held)
     }
 
@@ -142,6 +182,199 @@ impl MaskStream<'_> {
     pub fn held(&self) -> usize {
         self.held.len()
     }
+}
+
+/// Masks the frames a WebSocket server sends (RFC 6455 §5), for a connection whose upgrade
+/// request carried a secret. A secret may be cut across the frames of one message, so the
+/// payloads of a message go through one [`MaskStream`], and the message is framed anew as
+/// its masked bytes become ready: an intermediary may change a message's fragmentation
+/// when no extension is in use (§5.4), and none is (the upgrade's extension offer is
+/// withheld). Everything a message held back leaves with its last frame, so a message is
+/// never delayed past its own end. Control frames (close, ping, pong) are masked whole.
+/// A frame the masker cannot read as plain RFC 6455 (masked, reserved bits or opcodes set,
+/// a fragmented control frame, a continuation of nothing) is an error: the connection ends.
+pub struct WsMasker<'a> {
+    mask: &'a Mask,
+    /// The header of the next frame, as far as it has come.
+    head: Vec<u8>,
+    /// The frame whose payload is coming.
+    frame: Option<FrameHead>,
+    /// The message under way: its masker, its opcode, and whether a frame of it was sent.
+    message: Option<(MaskStream<'a>, u8, bool)>,
+    /// A control frame's payload, as far as it has come.
+    control: Vec<u8>,
+    /// Masked payload of the message under way not yet sent in a frame.
+    ready: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+/// A frame's final bit, opcode, and the payload bytes still to come.
+type FrameHead = (bool, u8, u64);
+
+impl fmt::Debug for WsMasker<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WsMasker(<redacted>)")
+    }
+}
+
+/// Masked payload that may leave in a frame before its frame has ended.
+const WS_FRAGMENT: usize = 16 * 1024;
+
+impl<'a> WsMasker<'a> {
+    pub fn new(mask: &'a Mask) -> Self {
+        WsMasker {
+            mask,
+            head: Vec::new(),
+            frame: None,
+            message: None,
+            control: Vec::new(),
+            ready: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Takes the next bytes from the server; appends to `out` the frames that may leave.
+    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        loop {
+            let Some((fin, opcode, left)) = self.frame else {
+                if bytes.is_empty() {
+                    return Ok(());
+                }
+                let (taken, frame) = self.read_head(bytes)?;
+                bytes = &bytes[taken..];
+                self.frame = frame;
+                if self.frame.is_none() {
+                    return Ok(());
+                }
+                continue;
+            };
+            let take = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
+            let (piece, rest) = bytes.split_at(take);
+            bytes = rest;
+            let left = left - take as u64;
+            self.frame = Some((fin, opcode, left));
+            if opcode >= 8 {
+                self.control.extend_from_slice(piece);
+            } else if let Some((stream, _, _)) = &mut self.message {
+                stream.feed(piece, &mut self.scratch);
+                self.ready.extend_from_slice(&self.scratch);
+            }
+            if left == 0 {
+                self.frame = None;
+                self.end_frame(fin, opcode, out);
+            } else if self.ready.len() >= WS_FRAGMENT {
+                self.send_fragment(false, out);
+            }
+            if bytes.is_empty() && self.frame.is_some() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads a frame header from the start of `bytes` (after what came before): the bytes
+    /// taken, and the frame once its header is whole.
+    fn read_head(&mut self, bytes: &[u8]) -> Result<(usize, Option<FrameHead>), String> {
+        let need = |head: &[u8]| match head {
+            [_, b, ..] => {
+                2 + match b & 0x7f {
+                    126 => 2,
+                    127 => 8,
+                    _ => 0,
+                } + if b & 0x80 != 0 { 4 } else { 0 }
+            }
+            _ => 2,
+        };
+        let mut taken = 0;
+        while self.head.len() < need(&self.head) && taken < bytes.len() {
+            self.head.push(bytes[taken]);
+            taken += 1;
+        }
+        if self.head.len() < need(&self.head) {
+            return Ok((taken, None));
+        }
+        let (b0, b1) = (self.head[0], self.head[1]);
+        let (fin, opcode) = (b0 & 0x80 != 0, b0 & 0x0f);
+        if b0 & 0x70 != 0 {
+            return Err("a frame with reserved bits set (an extension nobody agreed to)".into());
+        }
+        if b1 & 0x80 != 0 {
+            return Err("a masked frame from the server".into());
+        }
+        let len = match b1 & 0x7f {
+            126 => u64::from(u16::from_be_bytes([self.head[2], self.head[3]])),
+            127 => {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&self.head[2..10]);
+                u64::from_be_bytes(n)
+            }
+            n => u64::from(n),
+        };
+        match opcode {
+            0 if self.message.is_none() => return Err("a continuation of no message".into()),
+            1 | 2 if self.message.is_some() => {
+                return Err("a new message before the last one ended".into());
+            }
+            1 | 2 => self.message = Some((self.mask.stream(), opcode, false)),
+            0 => {}
+            8..=10 if !fin || len > 125 => {
+                return Err("a fragmented or oversized control frame".into());
+            }
+            8..=10 => self.control.clear(),
+            other => return Err(format!("a frame with the reserved opcode {other}")),
+        }
+        if len >> 63 != 0 {
+            return Err("a frame length over 2^63".into());
+        }
+        self.head.clear();
+        Ok((taken, Some((fin, opcode, len))))
+    }
+
+    fn end_frame(&mut self, fin: bool, opcode: u8, out: &mut Vec<u8>) {
+        if opcode >= 8 {
+            let mut payload = std::mem::take(&mut self.control);
+            self.mask.apply(&mut payload);
+            write_frame(true, opcode, &payload, out);
+            return;
+        }
+        if fin {
+            if let Some((stream, _, _)) = &mut self.message {
+                let rest = stream.finish();
+                self.ready.extend_from_slice(&rest);
+            }
+            self.send_fragment(true, out);
+            self.message = None;
+        } else if !self.ready.is_empty() {
+            self.send_fragment(false, out);
+        }
+    }
+
+    /// Sends what is ready of the message under way as one frame.
+    fn send_fragment(&mut self, fin: bool, out: &mut Vec<u8>) {
+        let Some((_, opcode, sent)) = &mut self.message else {
+            return;
+        };
+        let opcode = if *sent { 0 } else { *opcode };
+        *sent = true;
+        write_frame(fin, opcode, &self.ready, out);
+        self.ready.clear();
+    }
+}
+
+/// An unmasked frame, as a server sends it.
+fn write_frame(fin: bool, opcode: u8, payload: &[u8], out: &mut Vec<u8>) {
+    out.push(if fin { 0x80 } else { 0 } | opcode);
+    match payload.len() {
+        n if n < 126 => out.push(n as u8),
+        n if n <= usize::from(u16::MAX) => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
 }
 
 #[cfg(test)]
@@ -234,7 +467,225 @@ mod tests {
         assert_eq!(out, b"token ghp_red herring!");
     }
 
+    #[test]
+    fn a_quiet_stream_lets_out_a_short_beginning_and_still_masks_the_rest() {
+        let mask = Mask::new([SECRET]).unwrap();
+        let mut s = mask.stream();
+        let mut out = Vec::new();
+        s.feed(b"status g", &mut out);
+        assert_eq!(out, b"status ");
+        assert!(s.releasable());
+        assert_eq!(s.release(), b"g");
+        s.feed(b"hp_", &mut out);
+        assert_eq!(out, b"");
+        assert_eq!(s.release(), b"hp_");
+        // Four bytes out: the fifth is held however long the stream waits.
+        s.feed(b"r", &mut out);
+        assert!(out.is_empty() && !s.releasable() && s.release().is_empty());
+        s.feed(b"ealSECRETvalue0123 and on", &mut out);
+        assert_eq!(out, b"gate:masked]******* and on");
+        // Its twin: a stream whose held end turns out not to be a secret.
+        let mut s = mask.stream();
+        s.feed(b"status g", &mut out);
+        assert_eq!(s.release(), b"g");
+        s.feed(b"ood\n", &mut out);
+        assert_eq!(out, b"ood\n");
+        assert!(!s.releasable() && s.finish().is_empty());
+    }
+
+    /// A WebSocket message: its opcode and payload.
+    type Message = (u8, Vec<u8>);
+
+    /// Reads server frames: the messages, payloads joined across fragments.
+    fn messages(mut wire: &[u8]) -> Vec<Message> {
+        let mut out: Vec<Message> = Vec::new();
+        let mut current: Option<Message> = None;
+        while !wire.is_empty() {
+            let (fin, opcode) = (wire[0] & 0x80 != 0, wire[0] & 0x0f);
+            assert_eq!(wire[1] & 0x80, 0, "unmasked");
+            let (len, at) = match wire[1] {
+                126 => (usize::from(u16::from_be_bytes([wire[2], wire[3]])), 4),
+                127 => (
+                    usize::try_from(u64::from_be_bytes(wire[2..10].try_into().unwrap())).unwrap(),
+                    10,
+                ),
+                n => (usize::from(n), 2),
+            };
+            let payload = wire[at..at + len].to_vec();
+            wire = &wire[at + len..];
+            if opcode >= 8 {
+                out.push((opcode, payload));
+                continue;
+            }
+            let (op, mut body) = current.take().unwrap_or((opcode, Vec::new()));
+            assert!(
+                opcode == 0 || body.is_empty(),
+                "a new message only after the last"
+            );
+            body.extend(payload);
+            if fin {
+                out.push((op, body));
+            } else {
+                current = Some((op, body));
+            }
+        }
+        assert!(current.is_none(), "every message ended");
+        out
+    }
+
+    fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_frame(fin, opcode, payload, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_secret_cut_across_websocket_frames_is_masked() {
+        let mask = Mask::new([SECRET]).unwrap();
+        let mut wire = frame(false, 1, b"token: ghp_re");
+        wire.extend(frame(true, 9, format!("ping {SECRET}").as_bytes()));
+        wire.extend(frame(false, 0, b"alSECRETval"));
+        wire.extend(frame(true, 0, b"ue0123!"));
+        wire.extend(frame(true, 2, b"no secret here"));
+        // Whole, and byte by byte: the same messages.
+        for step in [wire.len(), 1, 7] {
+            let mut ws = WsMasker::new(&mask);
+            let mut out = Vec::new();
+            for piece in wire.chunks(step) {
+                ws.feed(piece, &mut out).unwrap();
+            }
+            let got = messages(&out);
+            assert_eq!(
+                got,
+                vec![
+                    (9, b"ping [capgate:masked]*******".to_vec()),
+                    (1, b"token: [capgate:masked]*******!".to_vec()),
+                    (2, b"no secret here".to_vec()),
+                ],
+                "step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn websocket_messages_without_a_secret_keep_their_frames() {
+        let mask = Mask::new([SECRET]).unwrap();
+        let mut wire = frame(true, 1, b"hello");
+        wire.extend(frame(true, 2, &vec![7u8; 70_000]));
+        wire.extend(frame(true, 8, b"\x03\xe8bye"));
+        let mut ws = WsMasker::new(&mask);
+        let mut out = Vec::new();
+        ws.feed(&wire, &mut out).unwrap();
+        assert_eq!(out, wire);
+        // A message's held end leaves with its last frame, at once.
+        let mut out = Vec::new();
+        WsMasker::new(&mask)
+            .feed(&frame(true, 1, b"hello g"), &mut out)
+            .unwrap();
+        assert_eq!(out, frame(true, 1, b"hello g"));
+    }
+
+    #[test]
+    fn websocket_frames_capgate_cannot_read_end_the_connection() {
+        let mask = Mask::new([SECRET]).unwrap();
+        for (wire, why) in [
+            (vec![0x81, 0x85, 1, 2, 3, 4, 0, 0, 0, 0, 0], "masked"),
+            (vec![0xc1, 0x01, b'x'], "reserved bits"),
+            (vec![0x80, 0x01, b'x'], "continuation of no message"),
+            (vec![0x09, 0x00], "fragmented"),
+            (vec![0x83, 0x00], "reserved opcode"),
+        ] {
+            let e = WsMasker::new(&mask)
+                .feed(&wire, &mut Vec::new())
+                .unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn hostile_websocket_bytes_are_errors_not_panics(
+            wire in proptest::collection::vec(any::<u8>(), 0..300),
+            step in 1usize..40,
+        ) {
+            let mask = Mask::new([SECRET]).unwrap();
+            let mut ws = WsMasker::new(&mask);
+            let mut out = Vec::new();
+            for piece in wire.chunks(step) {
+                if ws.feed(piece, &mut out).is_err() {
+                    break;
+                }
+            }
+        }
+
+        #[test]
+        fn a_message_however_framed_arrives_whole_and_masked(
+            parts in proptest::collection::vec(prop_oneof![
+                Just(SECRET.as_bytes().to_vec()),
+                Just(b"ghp_".to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..30),
+            ], 1..6),
+            cuts in proptest::collection::vec(0usize..200, 0..4),
+            step in 1usize..50,
+        ) {
+            let mask = Mask::new([SECRET]).unwrap();
+            let payload = parts.concat();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(payload.len())).collect();
+            cuts.sort_unstable();
+            cuts.push(payload.len());
+            let mut wire = Vec::new();
+            let mut at = 0;
+            for (i, &c) in cuts.iter().enumerate() {
+                let last = i + 1 == cuts.len();
+                wire.extend(frame(last, if i == 0 { 2 } else { 0 }, &payload[at..c]));
+                at = c;
+            }
+            let mut ws = WsMasker::new(&mask);
+            let mut out = Vec::new();
+            for piece in wire.chunks(step) {
+                ws.feed(piece, &mut out).unwrap();
+            }
+            let mut whole = payload.clone();
+            mask.apply(&mut whole);
+            prop_assert_eq!(messages(&out), vec![(2u8, whole)]);
+        }
+
+        #[test]
+        fn releases_never_let_out_more_than_a_short_beginning(
+            pieces in proptest::collection::vec(prop_oneof![
+                Just(b"ghp_".to_vec()),
+                Just(b"realSECRET".to_vec()),
+                Just(b"value0123".to_vec()),
+                Just(b"g".to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..6),
+            ], 0..14),
+            releases in proptest::collection::vec(any::<bool>(), 14),
+        ) {
+            let mask = Mask::new([SECRET]).unwrap();
+            let mut s = mask.stream();
+            let (mut all, mut out) = (Vec::new(), Vec::new());
+            for (p, release) in pieces.iter().zip(&releases) {
+                s.feed(p, &mut out);
+                all.extend_from_slice(&out);
+                if *release {
+                    all.extend(s.release());
+                }
+            }
+            all.extend(s.finish());
+            let input = pieces.concat();
+            prop_assert_eq!(all.len(), input.len());
+            // Wherever the secret was, at most its first RELEASE_MAX bytes left as they
+            // were: the rest is the marker's.
+            let mut marker = SECRET.as_bytes().to_vec();
+            overwrite(&mut marker);
+            for at in memmem::find_iter(&input, SECRET.as_bytes()) {
+                prop_assert_eq!(
+                    &all[at + RELEASE_MAX..at + SECRET.len()],
+                    &marker[RELEASE_MAX..]
+                );
+            }
+        }
+
         #[test]
         fn streaming_masks_like_masking_the_whole(
             body in proptest::collection::vec(prop_oneof![

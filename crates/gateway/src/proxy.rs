@@ -28,7 +28,7 @@ use tokio::time::timeout;
 use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
 use crate::broker::Broker;
 use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
-use crate::mask::{Mask, MaskStream};
+use crate::mask::{Mask, MaskStream, RELEASE_AFTER, WsMasker};
 use crate::respond;
 use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
@@ -1522,7 +1522,11 @@ impl Gateway {
             match self.read_response(up, &head.method).await {
                 Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
                     let mut interim = Vec::new();
-                    let _ = h1::write_response_head(r.status, &r.reason, &[], &mut interim);
+                    let mut reason = r.reason.clone();
+                    if let Some(mask) = &mask {
+                        mask_head(mask, &mut reason, &mut Vec::new());
+                    }
+                    let _ = h1::write_response_head(r.status, &reason, &[], &mut interim);
                     self.send(client, &interim).await?;
                 }
                 Ok(r) => break r,
@@ -1721,7 +1725,14 @@ impl Gateway {
         let Some(mut up) = upstream.take() else {
             return Ok(Switched::Refused);
         };
-        if !asked || !h1::is_websocket_accept(response) {
+        // With a mask, frames must be plain RFC 6455 to be read: the extension offer was
+        // withheld, and an upstream that names one anyway is not followed.
+        let extension = mask.is_some()
+            && response
+                .headers
+                .iter()
+                .any(|h| h.is("sec-websocket-extensions"));
+        if !asked || !h1::is_websocket_accept(response) || extension {
             let body = format!(
                 "capgate refused {host}:{port}'s answer: it switched protocols without a WebSocket upgrade asked and accepted\n"
             );
@@ -1748,12 +1759,13 @@ impl Gateway {
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
-        let mut masking = mask.map(Mask::stream);
+        let mut masking = mask.map(WsMasker::new);
         match &mut masking {
-            Some(stream) => {
-                let mut masked = Vec::new();
-                stream.feed(&up.buf, &mut masked);
-                out.append(&mut masked);
+            Some(ws) => {
+                if ws.feed(&up.buf, &mut out).is_err() {
+                    self.send(client, &respond::unrelayable()).await.ok();
+                    return Ok(Switched::Refused);
+                }
                 up.buf.clear();
             }
             None => out.append(&mut up.buf),
@@ -1770,7 +1782,7 @@ impl Gateway {
         early.clear();
         let relay = async {
             match masking {
-                Some(stream) => relay_masked(client, &mut up.stream, stream).await,
+                Some(ws) => relay_masked(client, &mut up.stream, ws).await,
                 None => tokio::io::copy_bidirectional(client, &mut up.stream).await,
             }
         };
@@ -1948,7 +1960,7 @@ where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
-    let mut masking = mask.map(|m| (m.stream(), Vec::new()));
+    let mut out = BodyOut::new(mask, framing == Framing::Chunked);
     match framing {
         Framing::None => Ok(0),
         Framing::Length(n) => {
@@ -1957,7 +1969,7 @@ where
                 .unwrap_or(usize::MAX)
                 .min(pending.len());
             if take > 0 {
-                pass(&mut masking, &pending[..take], dst, idle).await?;
+                out.write(&pending[..take], dst, idle).await?;
                 pending.drain(..take);
                 left -= take as u64;
             }
@@ -1969,23 +1981,22 @@ where
             };
             while left > 0 {
                 let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk.len());
-                let got = stall::reading(idle, src.read(&mut chunk[..want])).await?;
+                let got = out.read(dst, idle, src.read(&mut chunk[..want])).await?;
                 if got == 0 {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "body ended early",
                     ));
                 }
-                pass(&mut masking, &chunk[..got], dst, idle).await?;
+                out.write(&chunk[..got], dst, idle).await?;
                 left -= got as u64;
             }
-            pass_rest(&mut masking, dst, idle).await?;
+            out.finish(dst, idle).await?;
             Ok(n)
         }
         Framing::Chunked => {
             let mut decoder = h1::ChunkedDecoder::new(limits);
             let mut payload = Vec::with_capacity(16 * 1024);
-            let mut encoded = Vec::with_capacity(16 * 1024 + 32);
             let mut total = 0u64;
             loop {
                 payload.clear();
@@ -1994,34 +2005,14 @@ where
                 })?;
                 pending.drain(..consumed);
                 if !payload.is_empty() {
-                    let out: &[u8] = match &mut masking {
-                        Some((stream, masked)) => {
-                            stream.feed(&payload, masked);
-                            masked
-                        }
-                        None => &payload,
-                    };
-                    // All of it may be held back; an empty chunk would end the body.
-                    if !out.is_empty() {
-                        encoded.clear();
-                        h1::write_chunk(out, &mut encoded);
-                        stall::writing(idle, dst.write_all(&encoded)).await?;
-                    }
+                    out.write(&payload, dst, idle).await?;
                     total += payload.len() as u64;
                 }
                 if finished {
-                    encoded.clear();
-                    if let Some((stream, _)) = &mut masking {
-                        let rest = stream.finish();
-                        if !rest.is_empty() {
-                            h1::write_chunk(&rest, &mut encoded);
-                        }
-                    }
-                    h1::write_last_chunk(&mut encoded);
-                    stall::writing(idle, dst.write_all(&encoded)).await?;
+                    out.finish(dst, idle).await?;
                     return Ok(total);
                 }
-                if consumed == 0 && stall::reading(idle, read_more(src, pending)).await? == 0 {
+                if consumed == 0 && out.read(dst, idle, read_more(src, pending)).await? == 0 {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "chunked body ended early",
@@ -2031,29 +2022,127 @@ where
         }
         Framing::CloseDelimited => {
             let mut total = pending.len() as u64;
-            pass(&mut masking, pending, dst, idle).await?;
+            out.write(pending, dst, idle).await?;
             pending.clear();
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
-                let got = stall::reading(idle, src.read(&mut chunk)).await?;
+                let got = out.read(dst, idle, src.read(&mut chunk)).await?;
                 if got == 0 {
-                    pass_rest(&mut masking, dst, idle).await?;
+                    out.finish(dst, idle).await?;
                     return Ok(total);
                 }
-                pass(&mut masking, &chunk[..got], dst, idle).await?;
+                out.write(&chunk[..got], dst, idle).await?;
                 total += got as u64;
             }
         }
     }
 }
 
-/// Relays a connection's bytes both ways until each side has closed its sending half, as
-/// `copy_bidirectional` does, the upstream's bytes through `stream` (a WebSocket whose
-/// upgrade request carried a secret). Returns the bytes up and down.
+/// Where a relayed body's bytes go: to the receiver as they are, or as chunks when the
+/// body is re-chunked, and through the body's mask when it has one (a response to a
+/// request that carried a secret).
+struct BodyOut<'a> {
+    masking: Option<(MaskStream<'a>, Vec<u8>)>,
+    chunked: bool,
+    encoded: Vec<u8>,
+}
+
+impl<'a> BodyOut<'a> {
+    fn new(mask: Option<&'a Mask>, chunked: bool) -> Self {
+        BodyOut {
+            masking: mask.map(|m| (m.stream(), Vec::new())),
+            chunked,
+            encoded: Vec::new(),
+        }
+    }
+
+    /// Writes `bytes` of the body; the mask may hold back an end that could begin a secret.
+    async fn write<W: AsyncWrite + Unpin + ?Sized>(
+        &mut self,
+        bytes: &[u8],
+        dst: &mut W,
+        idle: Duration,
+    ) -> std::io::Result<()> {
+        let out = match &mut self.masking {
+            Some((stream, masked)) => {
+                stream.feed(bytes, masked);
+                masked.as_slice()
+            }
+            None => bytes,
+        };
+        emit(out, self.chunked, &mut self.encoded, dst, idle).await
+    }
+
+    /// Awaits `read` (bounded by `idle`, as [`stall::reading`]); while the mask holds
+    /// bytes it may let go, a quiet spell of [`RELEASE_AFTER`] writes them first.
+    async fn read<T, W: AsyncWrite + Unpin + ?Sized>(
+        &mut self,
+        dst: &mut W,
+        idle: Duration,
+        read: impl Future<Output = std::io::Result<T>>,
+    ) -> std::io::Result<T> {
+        let read = stall::reading(idle, read);
+        tokio::pin!(read);
+        if let Some((stream, _)) = &mut self.masking
+            && stream.releasable()
+        {
+            tokio::select! {
+                biased;
+                got = &mut read => return got,
+                () = tokio::time::sleep(RELEASE_AFTER) => {}
+            }
+            let released = stream.release();
+            emit(&released, self.chunked, &mut self.encoded, dst, idle).await?;
+        }
+        read.await
+    }
+
+    /// The body has ended: writes what the mask held back, and the last chunk.
+    async fn finish<W: AsyncWrite + Unpin + ?Sized>(
+        &mut self,
+        dst: &mut W,
+        idle: Duration,
+    ) -> std::io::Result<()> {
+        if let Some((stream, _)) = &mut self.masking {
+            let rest = stream.finish();
+            emit(&rest, self.chunked, &mut self.encoded, dst, idle).await?;
+        }
+        if self.chunked {
+            self.encoded.clear();
+            h1::write_last_chunk(&mut self.encoded);
+            stall::writing(idle, dst.write_all(&self.encoded)).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` of a body to `dst`, as one chunk when `chunked` (nothing when empty: an
+/// empty chunk would end the body).
+async fn emit<W: AsyncWrite + Unpin + ?Sized>(
+    bytes: &[u8],
+    chunked: bool,
+    encoded: &mut Vec<u8>,
+    dst: &mut W,
+    idle: Duration,
+) -> std::io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    if chunked {
+        encoded.clear();
+        h1::write_chunk(bytes, encoded);
+        return stall::writing(idle, dst.write_all(encoded)).await;
+    }
+    stall::writing(idle, dst.write_all(bytes)).await
+}
+
+/// Relays a WebSocket's bytes both ways until each side has closed its sending half, as
+/// `copy_bidirectional` does, the upstream's frames through `ws` (its upgrade request
+/// carried a secret). Returns the bytes up and down.
 async fn relay_masked<C, U>(
     client: &mut C,
     upstream: &mut U,
-    mut stream: MaskStream<'_>,
+    mut ws: WsMasker<'_>,
 ) -> std::io::Result<(u64, u64)>
 where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -2073,57 +2162,22 @@ where
             if n == 0 {
                 break;
             }
-            stream.feed(&buf[..n], &mut masked);
+            masked.clear();
+            ws.feed(&buf[..n], &mut masked).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the upstream sent {e}"),
+                )
+            })?;
             client_out.write_all(&masked).await?;
+            client_out.flush().await?;
             total += n as u64;
         }
-        client_out.write_all(&stream.finish()).await?;
+        // A frame cut off by the upstream's close stays unsent: it could not be whole.
         client_out.shutdown().await?;
         Ok(total)
     };
     tokio::try_join!(up, down)
-}
-
-/// A body's mask at work, with the buffer its output goes through.
-type Masking<'a> = Option<(MaskStream<'a>, Vec<u8>)>;
-
-/// Writes `bytes` of a body to `dst`: through its mask when it has one, which may hold
-/// back an end that could begin a secret until the next bytes (or [`pass_rest`]).
-async fn pass<W: AsyncWrite + Unpin + ?Sized>(
-    masking: &mut Masking<'_>,
-    bytes: &[u8],
-    dst: &mut W,
-    idle: Duration,
-) -> std::io::Result<()> {
-    let out = match masking {
-        Some((stream, masked)) => {
-            stream.feed(bytes, masked);
-            masked.as_slice()
-        }
-        None => bytes,
-    };
-    if out.is_empty() {
-        return Ok(());
-    }
-    stall::writing(idle, dst.write_all(out)).await
-}
-
-/// The body has ended: writes what its mask held back.
-async fn pass_rest<W: AsyncWrite + Unpin + ?Sized>(
-    masking: &mut Masking<'_>,
-    dst: &mut W,
-    idle: Duration,
-) -> std::io::Result<()> {
-    match masking {
-        Some((stream, _)) => {
-            let rest = stream.finish();
-            if rest.is_empty() {
-                return Ok(());
-            }
-            stall::writing(idle, dst.write_all(&rest)).await
-        }
-        None => Ok(()),
-    }
 }
 
 /// Masks the secrets of `mask` in a response head: the reason phrase and header values
@@ -2136,7 +2190,12 @@ pub(crate) fn mask_head(mask: &Mask, reason: &mut String, headers: &mut Vec<Head
     // not, the reason (a courtesy) is dropped rather than risked.
     *reason = String::from_utf8(bytes).unwrap_or_default();
     headers.retain(|h| !mask.finds(h.name.as_bytes()));
-    for h in headers.iter_mut() {
+    // The framing headers are numbers capgate checked, no reflection; a numeric secret
+    // equal to one would otherwise break the framing.
+    for h in headers
+        .iter_mut()
+        .filter(|h| !h.is("content-length") && !h.is("transfer-encoding"))
+    {
         mask.apply(&mut h.value);
     }
 }

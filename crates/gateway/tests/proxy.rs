@@ -102,19 +102,49 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             // `/ws` with a WebSocket upgrade (RFC 6455's example key): 101, then echo
             // masked text frames back unmasked. `/switch`: a 101 nobody asked for.
             // `/ws-auth`: the same, but the first echo comes after a frame with the
-            // request's Authorization (so that frame cannot come with the 101).
-            if (target.ends_with("/ws") || target.ends_with("/ws-auth")) && upgrade {
+            // request's Authorization (so that frame cannot come with the 101);
+            // `/ws-split`: after that Authorization cut across two frames of a message.
+            let ws_route = ["/ws", "/ws-auth", "/ws-split"]
+                .iter()
+                .any(|r| target.ends_with(r));
+            if ws_route && upgrade {
                 let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
                 if s.write_all(resp.as_bytes()).await.is_err() {
                     return;
                 }
                 let mut first = Vec::new();
+                let auth = authorization(&head);
                 if target.ends_with("/ws-auth") {
-                    let auth = authorization(&head);
                     first.extend_from_slice(&[0x81, auth.len() as u8]);
                     first.extend_from_slice(auth.as_bytes());
                 }
+                if target.ends_with("/ws-split") {
+                    let (a, b) = auth.split_at(auth.len() / 2);
+                    first.extend_from_slice(&[0x01, a.len() as u8]);
+                    first.extend_from_slice(a.as_bytes());
+                    first.extend_from_slice(&[0x80, b.len() as u8]);
+                    first.extend_from_slice(b.as_bytes());
+                }
                 echo_frames(&mut s, std::mem::take(&mut buf), first).await;
+                return;
+            }
+            // `/interim`: a 103 whose reason phrase is the request's Authorization, then
+            // `ok`. `/pause`: a chunked body whose first chunk is `status g`, then
+            // nothing until the client goes.
+            if target.ends_with("/interim") {
+                let resp = format!(
+                    "HTTP/1.1 103 {}\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                    authorization(&head)
+                );
+                if s.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if target.ends_with("/pause") {
+                let resp = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nstatus g\r\n";
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.read(&mut [0u8; 1]).await;
                 return;
             }
             // `/echo`: the request head back, its Authorization also in the reason phrase
@@ -237,6 +267,15 @@ where
                 response = response.header("x-echo", authorization(&head));
             }
             let response = response.body(()).unwrap();
+            // `/pause`: `status g`, and the stream stays open.
+            if target.ends_with("/pause") {
+                let response = http::Response::builder().status(200).body(()).unwrap();
+                if let Ok(mut send) = respond.send_response(response, false) {
+                    let _ = send.send_data(bytes::Bytes::from_static(b"status g"), false);
+                    std::future::pending::<()>().await;
+                }
+                return;
+            }
             if let Ok(mut send) = respond.send_response(response, false) {
                 let _ = send.send_data(bytes::Bytes::from(body), true);
             }
@@ -1246,7 +1285,7 @@ async fn a_websocket_upgraded_with_a_secret_gets_its_frames_masked() {
     let (host, port) = ("api.test", h.ports["api.test"]);
     let mut ws = tls_through(&h, host, &[]).await;
     let request = format!(
-        "GET /repos/ws-auth HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {SENTINEL}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET /repos/ws-auth HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {SENTINEL}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
     );
     ws.write_all(request.as_bytes()).await.unwrap();
     let head = read_until_tls(&mut ws, "\r\n\r\n").await;
@@ -1273,10 +1312,92 @@ async fn a_websocket_upgraded_with_a_secret_gets_its_frames_masked() {
         .unwrap()
         .unwrap();
     assert_eq!(&echo, b"\x81\x05hello");
+    let seen = h.seen[host].lock().unwrap().requests[0].clone();
+    // Compressed frames could not be read: the extension offer is withheld.
     assert!(
-        h.seen[host].lock().unwrap().requests[0]
-            .contains("Authorization: Bearer ghp_the_real_secret")
+        seen.contains("Authorization: Bearer ghp_the_real_secret")
+            && !seen
+                .to_ascii_lowercase()
+                .contains("sec-websocket-extensions"),
+        "{seen}"
     );
+
+    // A secret cut across two frames of one message: the message is framed anew, masked.
+    let mut ws = tls_through(&h, host, &[]).await;
+    let request = format!(
+        "GET /repos/ws-split HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {SENTINEL}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    ws.write_all(request.as_bytes()).await.unwrap();
+    assert!(
+        read_until_tls(&mut ws, "\r\n\r\n")
+            .await
+            .starts_with("HTTP/1.1 101")
+    );
+    ws.write_all(&frame).await.unwrap();
+    let expected = b"\x01\x07Bearer \x80\x13[capgate:masked]***\x81\x05hello";
+    let mut got = vec![0u8; expected.len()];
+    tokio::time::timeout(std::time::Duration::from_secs(5), ws.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, expected, "{}", String::from_utf8_lossy(&got));
+}
+
+/// A 1xx interim answer's reason phrase is masked like the final answer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interim_answer_is_masked_too() {
+    let h = harness(true).await;
+    let (host, port) = ("api.test", h.ports["api.test"]);
+    let mut tls = tls_through(&h, host, &[]).await;
+    let request = format!(
+        "GET /repos/interim HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {SENTINEL}\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let got = read_until_tls(&mut tls, "\r\n\r\nok").await;
+    assert!(
+        got.starts_with("HTTP/1.1 103 Bearer [capgate:masked]***\r\n") && got.ends_with("ok"),
+        "{got}"
+    );
+    assert!(!got.contains("ghp_the_real_secret"));
+}
+
+/// A stream that pauses right after a byte that could begin the secret (`g` of `ghp_…`)
+/// gets that byte after a quiet spell, over HTTP/1.1 and HTTP/2: a turn-taking protocol
+/// does not wait forever for its message's last byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_after_what_could_begin_a_secret_does_not_hold_the_stream() {
+    let h = harness(true).await;
+    let (host, port) = ("api.test", h.ports["api.test"]);
+    let mut tls = tls_through(&h, host, &[]).await;
+    let request = format!("GET /repos/pause HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let got = read_until_tls(&mut tls, "\r\n1\r\ng\r\n").await;
+    assert!(got.ends_with("\r\n7\r\nstatus \r\n1\r\ng\r\n"), "{got}");
+
+    let mut sender = h2_client(&h, "h2.test").await;
+    let request = http::Request::builder()
+        .uri(format!(
+            "https://h2.test:{}/repos/pause",
+            h.ports["h2.test"]
+        ))
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let mut body = response.await.unwrap().into_body();
+    let mut got = Vec::new();
+    while !got.ends_with(b"status g") {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), body.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                got.extend_from_slice(&chunk);
+            }
+            other => panic!(
+                "{:?} after {:?}",
+                other.map(|o| o.is_some()),
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
