@@ -1391,6 +1391,16 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
         say!("  {what}: {reason}{rule}{times}");
     }
     say!("  (details: capgate policy log --sandbox {name})");
+    // A host nothing allows is the common case (a kit that forgot one): say how to grant.
+    if let Some(e) = denied
+        .iter()
+        .find(|e| e.reason == capgate_policy::Reason::NoMatchingAllow && e.port != 0)
+    {
+        let host = printable(&e.host);
+        say!(
+            "  (to allow {host}: list it in a kit's network-policy@2 allow and run with --kit, or allow it for every sandbox with `capgate policy allow network {host}`)"
+        );
+    }
     Ok(denied.len())
 }
 

@@ -475,6 +475,11 @@ fn the_default_workload_shows_a_refusal_and_exit_codes_follow_the_contract() {
         stderr.contains("example.com:443: no_matching_allow"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("(to allow example.com: list it in a kit's network-policy@2 allow")
+            && stderr.contains("`capgate policy allow network example.com`"),
+        "{stderr}"
+    );
 
     let o = env.capgate(
         &[
