@@ -386,12 +386,18 @@ pub fn workload_env(
     }
     env.insert("NO_PROXY".to_owned(), String::new());
     env.insert("no_proxy".to_owned(), String::new());
+    // Each tool family's way to be told which CAs to trust: OpenSSL and Go (and rustls'
+    // native roots), Python's requests and pip, Node (and npm, Bun), git, curl, cargo, the
+    // AWS SDKs and CLI, Deno. The bundle is the system's roots plus capgate's CA.
     for name in [
         "SSL_CERT_FILE",
         "REQUESTS_CA_BUNDLE",
         "NODE_EXTRA_CA_CERTS",
         "GIT_SSL_CAINFO",
         "CURL_CA_BUNDLE",
+        "CARGO_HTTP_CAINFO",
+        "AWS_CA_BUNDLE",
+        "DENO_CERT",
     ] {
         env.insert(name.to_owned(), ca_bundle.to_owned());
     }

@@ -189,7 +189,13 @@ fn decisions_follow_the_store_while_the_gateway_runs() {
     let env = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:3128\n"), "{env}");
     assert!(env.contains("SVC_TOKEN=capgate-sentinel-svc-"), "{env}");
-    assert!(env.contains("SSL_CERT_FILE="), "{env}");
+    for ca in [
+        "SSL_CERT_FILE=",
+        "NODE_EXTRA_CA_CERTS=",
+        "CARGO_HTTP_CAINFO=",
+    ] {
+        assert!(env.contains(ca), "{env}");
+    }
     assert!(!env.contains("the-real-secret"), "{env}");
     let out = h.run(&["secret", "ls", "--json"], None);
     assert_eq!(
