@@ -1204,7 +1204,21 @@ impl Gateway {
         let mut tls = match timeout(self.cfg().limits.head_timeout, start.into_stream(config)).await
         {
             Ok(Ok(s)) => s,
-            _ => return Ok(()),
+            Ok(Err(e)) => {
+                // A client that says why it ends the handshake is told of: one that does not
+                // trust capgate's CA otherwise fails with nothing in the log to explain it.
+                if let Some(alert) = certificate_refusal(&e) {
+                    let v = Verdict::refused(
+                        Reason::CaNotTrusted,
+                        format!(
+                            "the client ended the TLS handshake on capgate's certificate for `{host}` (alert {alert}): it does not trust capgate's CA"
+                        ),
+                    );
+                    self.audit_verdict(host, port, &v, None, (0, 0));
+                }
+                return Ok(());
+            }
+            Err(_) => return Ok(()),
         };
         if let Some(sender) = h2_upstream {
             crate::http2::serve(self, tls, (target, host), port, sender).await;
@@ -2197,6 +2211,23 @@ pub(crate) fn mask_head(mask: &Mask, reason: &mut String, headers: &mut Vec<Head
         .filter(|h| !h.is("content-length") && !h.is("transfer-encoding"))
     {
         mask.apply(&mut h.value);
+    }
+}
+
+/// The alert with which a client refused the certificate capgate made, if that is why the
+/// TLS handshake failed (`unknown_ca`, `bad_certificate`, …).
+fn certificate_refusal(e: &std::io::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::AlertReceived(
+            alert @ (A::UnknownCA
+            | A::BadCertificate
+            | A::CertificateUnknown
+            | A::UnsupportedCertificate
+            | A::CertificateExpired
+            | A::CertificateRevoked),
+        ) => Some(format!("{alert:?}")),
+        _ => None,
     }
 }
 

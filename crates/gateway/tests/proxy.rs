@@ -1343,6 +1343,42 @@ async fn a_websocket_upgraded_with_a_secret_gets_its_frames_masked() {
     assert_eq!(got, expected, "{}", String::from_utf8_lossy(&got));
 }
 
+/// A client that does not trust capgate's CA ends the handshake with an alert; that is
+/// recorded as `ca_not_trusted`, or its failure would have nothing to explain it. The
+/// twin: the same request from a client that trusts the CA passes, recording no such thing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_trust_the_ca_is_recorded_as_such() {
+    let h = harness(false).await;
+    let target = url(&h, "https", "api.test", "/repos/x");
+    let mut untrusting = Command::new("curl");
+    untrusting
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-x",
+            &format!("http://{}", h.proxy),
+        ])
+        .arg(&target);
+    let (code, out) = output(untrusting).await;
+    assert_ne!(code, 0, "{out}");
+    let distrust = |h: &Harness| {
+        recorded(h)
+            .into_iter()
+            .filter(|e| e.reason == Reason::CaNotTrusted)
+            .collect::<Vec<_>>()
+    };
+    let events = distrust(&h);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].host.as_str(), events[0].port),
+        ("api.test", h.ports["api.test"])
+    );
+    let (code, out) = curl(&h, &[&target]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(distrust(&h).len(), 1);
+}
+
 /// A 1xx interim answer's reason phrase is masked like the final answer's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interim_answer_is_masked_too() {

@@ -41,10 +41,13 @@ pub enum Reason {
     MalformedRequest,
     /// Deciding failed; failing closed.
     InternalError,
+    /// The client ended the TLS handshake with the certificate capgate made for the host:
+    /// it does not trust capgate's CA, so nothing could be sent.
+    CaNotTrusted,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::AllowedByRule,
         Reason::DeniedByRule,
         Reason::NoMatchingAllow,
@@ -57,6 +60,7 @@ impl Reason {
         Reason::LimitExceeded,
         Reason::MalformedRequest,
         Reason::InternalError,
+        Reason::CaNotTrusted,
     ];
 
     /// The stable snake_case code.
@@ -74,6 +78,7 @@ impl Reason {
             Reason::LimitExceeded => "limit_exceeded",
             Reason::MalformedRequest => "malformed_request",
             Reason::InternalError => "internal_error",
+            Reason::CaNotTrusted => "ca_not_trusted",
         }
     }
 
