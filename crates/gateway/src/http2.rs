@@ -467,6 +467,30 @@ impl Tunnel {
             Err(()) => return Err(lost("the upstream did not answer in time".to_owned())),
         };
         let (parts, down) = response.into_parts();
+        // A body masking cannot read is not relayed unread.
+        if mask.is_some()
+            && !down.is_end_stream()
+            && let Some(encoding) = crate::mask::unreadable_encoding(
+                parts
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_bytes())),
+            )
+        {
+            let message = format!(
+                "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
+                capgate_spec::text::printable(&encoding)
+            );
+            let text = format!(
+                "capgate refused the answer of {}:{}: {message}\n",
+                self.host, self.port
+            );
+            return Err(Failure {
+                verdict: Verdict::refused(Reason::InvalidTarget, message),
+                bytes: (0, 0),
+                answer: Answer::Status(502, text),
+            });
+        }
         let mut head = Response::builder().status(parts.status);
         if let Some(map) = head.headers_mut() {
             for (name, value) in &parts.headers {
@@ -474,6 +498,10 @@ impl Tunnel {
                     continue;
                 }
                 match mask {
+                    // A length capgate's codec checked is no reflection.
+                    Some(_) if name == http::header::CONTENT_LENGTH => {
+                        map.append(name, value.clone());
+                    }
                     Some(mask) => {
                         if let Some(value) = masked_value(mask, value)
                             && !mask.finds(name.as_str().as_bytes())

@@ -1211,7 +1211,7 @@ impl Gateway {
                     let v = Verdict::refused(
                         Reason::CaNotTrusted,
                         format!(
-                            "the client ended the TLS handshake on capgate's certificate for `{host}` (alert {alert}): it does not trust capgate's CA"
+                            "the client ended the TLS handshake on capgate's certificate for `{host}` (alert {alert}): most likely it does not trust capgate's CA"
                         ),
                     );
                     self.audit_verdict(host, port, &v, None, (0, 0));
@@ -1579,17 +1579,38 @@ impl Gateway {
                         Switched::Failed => (verdict, (bytes_up, 0)),
                         Switched::Relayed((up, down)) => (verdict, (bytes_up + up, down)),
                         Switched::Revoked(v, (up, down)) => (v, (bytes_up + up, down)),
-                        Switched::Refused => (
-                            Verdict::refused(
-                                Reason::InvalidTarget,
-                                "the upstream switched protocols without a WebSocket upgrade asked and accepted",
-                            ),
-                            (bytes_up, 0),
-                        ),
+                        Switched::Refused(why) => {
+                            (Verdict::refused(Reason::InvalidTarget, why), (bytes_up, 0))
+                        }
                     };
                     self.audit_verdict(&host, port, &v, Some((&head.method, &path)), bytes);
                     false
                 });
+        }
+        // A body masking cannot read is not relayed unread.
+        if mask.is_some()
+            && response.framing != Framing::None
+            && let Some(encoding) = crate::mask::unreadable_encoding(
+                response
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.as_str(), h.value.as_slice())),
+            )
+        {
+            *upstream = None;
+            let message = format!(
+                "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
+                capgate_spec::text::printable(&encoding)
+            );
+            let v = Verdict::refused(Reason::InvalidTarget, message.clone());
+            self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (bytes_up, 0));
+            let body = format!("capgate refused the answer of {host}:{port}: {message}\n");
+            self.send(
+                client,
+                &respond::plain(502, Reason::InvalidTarget, &body, true),
+            )
+            .await?;
+            return Ok(false);
         }
         let mut resp_headers = response.headers.clone();
         let mut reason = response.reason.clone();
@@ -1736,8 +1757,10 @@ impl Gateway {
         asked: bool,
         (target, host, port, path, carried, began): (&Target, &str, u16, &str, Protocol, Phase),
     ) -> std::io::Result<Switched> {
+        const NOT_ASKED: &str =
+            "the upstream switched protocols without a WebSocket upgrade asked and accepted";
         let Some(mut up) = upstream.take() else {
-            return Ok(Switched::Refused);
+            return Ok(Switched::Refused(NOT_ASKED));
         };
         // With a mask, frames must be plain RFC 6455 to be read: the extension offer was
         // withheld, and an upstream that names one anyway is not followed.
@@ -1747,16 +1770,19 @@ impl Gateway {
                 .iter()
                 .any(|h| h.is("sec-websocket-extensions"));
         if !asked || !h1::is_websocket_accept(response) || extension {
-            let body = format!(
-                "capgate refused {host}:{port}'s answer: it switched protocols without a WebSocket upgrade asked and accepted\n"
-            );
+            let why = if extension {
+                "the upstream answered the WebSocket upgrade with an extension capgate did not offer (where a secret is injected, frames must be plain to be masked)"
+            } else {
+                NOT_ASKED
+            };
+            let body = format!("capgate refused {host}:{port}'s answer: {why}\n");
             self.send(
                 client,
                 &respond::plain(502, Reason::InvalidTarget, &body, true),
             )
             .await
             .ok();
-            return Ok(Switched::Refused);
+            return Ok(Switched::Refused(why));
         }
         let mut headers = response.headers.clone();
         let mut reason = response.reason.clone();
@@ -1769,7 +1795,9 @@ impl Gateway {
         let mut out = Vec::with_capacity(512 + up.buf.len());
         if h1::write_response_head(101, &reason, &headers, &mut out).is_err() {
             self.send(client, &respond::unrelayable()).await.ok();
-            return Ok(Switched::Refused);
+            return Ok(Switched::Refused(
+                "the upstream's 101 cannot be relayed as written",
+            ));
         }
         // Bytes that came with the heads go first, each to the other side.
         let down_early = up.buf.len() as u64;
@@ -1778,7 +1806,9 @@ impl Gateway {
             Some(ws) => {
                 if ws.feed(&up.buf, &mut out).is_err() {
                     self.send(client, &respond::unrelayable()).await.ok();
-                    return Ok(Switched::Refused);
+                    return Ok(Switched::Refused(
+                        "the upstream's first WebSocket frames are not plain RFC 6455",
+                    ));
                 }
                 up.buf.clear();
             }
@@ -1888,8 +1918,9 @@ impl Gateway {
 
 /// How a `101` ended.
 enum Switched {
-    /// Not a WebSocket upgrade asked and accepted: answered 502.
-    Refused,
+    /// Not a WebSocket upgrade asked and accepted, or not one capgate can relay: answered
+    /// 502, for this reason.
+    Refused(&'static str),
     /// Accepted, but a write of the heads or the early bytes failed.
     Failed,
     /// Relayed until a side closed; the bytes up and down.
@@ -2177,14 +2208,16 @@ where
                 break;
             }
             masked.clear();
-            ws.feed(&buf[..n], &mut masked).map_err(|e| {
+            // The frames read whole before one that cannot be read still leave.
+            let fed = ws.feed(&buf[..n], &mut masked);
+            client_out.write_all(&masked).await?;
+            client_out.flush().await?;
+            fed.map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("the upstream sent {e}"),
                 )
             })?;
-            client_out.write_all(&masked).await?;
-            client_out.flush().await?;
             total += n as u64;
         }
         // A frame cut off by the upstream's close stays unsent: it could not be whole.

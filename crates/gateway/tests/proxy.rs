@@ -104,7 +104,8 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             // `/ws-auth`: the same, but the first echo comes after a frame with the
             // request's Authorization (so that frame cannot come with the 101);
             // `/ws-split`: after that Authorization cut across two frames of a message.
-            let ws_route = ["/ws", "/ws-auth", "/ws-split"]
+            // `/ws-bad`: a whole frame, then one no server may send (a reserved opcode).
+            let ws_route = ["/ws", "/ws-auth", "/ws-split", "/ws-bad"]
                 .iter()
                 .any(|r| target.ends_with(r));
             if ws_route && upgrade {
@@ -117,6 +118,9 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 if target.ends_with("/ws-auth") {
                     first.extend_from_slice(&[0x81, auth.len() as u8]);
                     first.extend_from_slice(auth.as_bytes());
+                }
+                if target.ends_with("/ws-bad") {
+                    first.extend_from_slice(b"\x81\x03bye\x83\x00");
                 }
                 if target.ends_with("/ws-split") {
                     let (a, b) = auth.split_at(auth.len() / 2);
@@ -136,6 +140,15 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                     "HTTP/1.1 103 {}\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
                     authorization(&head)
                 );
+                if s.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            // `/gzip`: a body said to be gzip-compressed.
+            if target.ends_with("/gzip") {
+                let resp =
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nzzzz";
                 if s.write_all(resp.as_bytes()).await.is_err() {
                     return;
                 }
@@ -265,6 +278,10 @@ where
                 .header("content-length", body.len());
             if echo {
                 response = response.header("x-echo", authorization(&head));
+            }
+            // `/gzip`: the body said to be gzip-compressed.
+            if target.ends_with("/gzip") {
+                response = response.header("content-encoding", "gzip");
             }
             let response = response.body(()).unwrap();
             // `/pause`: `status g`, and the stream stays open.
@@ -1377,6 +1394,75 @@ async fn a_client_that_does_not_trust_the_ca_is_recorded_as_such() {
     let (code, out) = curl(&h, &[&target]).await;
     assert_eq!(code, 0, "{out}");
     assert_eq!(distrust(&h).len(), 1);
+}
+
+/// An answer to a request that carried a secret must be readable to be masked: one the
+/// upstream compressed anyway is refused (502), over HTTP/1.1 and HTTP/2. The twins: the
+/// same answers where nothing is injected pass as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_answer_to_a_secret_is_refused_not_relayed_unread() {
+    let h = harness(true).await;
+    for (host, path, twin, h2) in [
+        ("api.test", "/repos/gzip", "secure.test", false),
+        ("h2.test", "/repos/gzip", "h2open.test", true),
+    ] {
+        let fetch = |host: &'static str, path: &'static str| {
+            let target = url(&h, "https", host, path);
+            let h = &h;
+            async move {
+                if h2 {
+                    curl_h2(h, &["-i", &target]).await
+                } else {
+                    curl(h, &["-i", &target]).await
+                }
+            }
+        };
+        let (_, out) = fetch(host, path).await;
+        assert!(
+            out.contains(" 502")
+                && out
+                    .to_ascii_lowercase()
+                    .contains("it is encoded (`content-encoding: gzip`)"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("zzzz") && !out.contains("hello from"),
+            "{out}"
+        );
+        let (code, out) = fetch(twin, "/gzip").await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(" 200") && out.to_ascii_lowercase().contains("content-encoding: gzip"),
+            "{out}"
+        );
+    }
+}
+
+/// A WebSocket frame no server may send ends the connection, but the frames read whole
+/// before it still reach the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_websocket_frame_ends_the_relay_after_what_came_before() {
+    let h = harness(true).await;
+    let (host, port) = ("api.test", h.ports["api.test"]);
+    let mut ws = tls_through(&h, host, &[]).await;
+    let request = format!(
+        "GET /repos/ws-bad HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    ws.write_all(request.as_bytes()).await.unwrap();
+    assert!(
+        read_until_tls(&mut ws, "\r\n\r\n")
+            .await
+            .starts_with("HTTP/1.1 101")
+    );
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | 2];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hi".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    ws.write_all(&frame).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), ws.read_to_end(&mut got)).await;
+    assert!(got.starts_with(b"\x81\x03bye"), "{got:?}");
+    assert!(!got.windows(2).any(|w| w == b"\x83\x00"), "{got:?}");
 }
 
 /// A 1xx interim answer's reason phrase is masked like the final answer's.
