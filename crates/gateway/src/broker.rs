@@ -3,7 +3,7 @@
 //! anywhere else is an exfiltration attempt and the request is refused.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use capgate_policy::Phase;
 use capgate_policy::pattern::normalize_host;
@@ -38,7 +38,7 @@ pub struct Injected {
     pub services: Vec<String>,
     /// Those secrets as they left (for `scheme: basic` also the base64 text), to be masked
     /// in the response; `None` when nothing (long enough) was added.
-    pub mask: Option<Mask>,
+    pub mask: Option<Arc<Mask>>,
 }
 
 /// Why a request was refused by the broker.
@@ -77,7 +77,17 @@ pub struct Broker {
     /// The host-side secrets by service, replaced as a whole when the user sets or
     /// removes one while the sandbox runs ([`Broker::replace_secrets`]).
     secrets: Arc<RwLock<Arc<BTreeMap<String, Secret>>>>,
+    /// The masks made for the secrets requests carried, by those secrets: making one costs
+    /// a fraction of a millisecond, and the same few serve every request. Emptied when the
+    /// secrets change.
+    masks: Arc<Mutex<KeptMasks>>,
 }
+
+/// Masks by the secrets they were made for (`None`: too short to mask).
+type KeptMasks = BTreeMap<Vec<String>, Option<Arc<Mask>>>;
+
+/// How many masks [`Broker`] keeps before it starts over.
+const MASKS_KEPT: usize = 64;
 
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,6 +139,7 @@ impl Broker {
                 .map(|(service, sentinel)| (sentinel.clone(), service.clone()))
                 .collect(),
             secrets: Arc::new(RwLock::new(Arc::new(secrets))),
+            masks: Arc::new(Mutex::new(BTreeMap::new())),
         }
     }
 
@@ -148,6 +159,7 @@ impl Broker {
             Ok(mut s) => *s = secrets,
             Err(poisoned) => *poisoned.into_inner() = secrets,
         }
+        self.masks_kept().clear();
     }
 
     /// The injections that apply to `host` (normalized) on `port` in `phase`.
@@ -248,8 +260,31 @@ impl Broker {
         }
         Ok(Injected {
             services: done,
-            mask: Mask::new(&sent),
+            mask: self.mask_for(sent),
         })
+    }
+
+    fn masks_kept(&self) -> std::sync::MutexGuard<'_, KeptMasks> {
+        self.masks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The mask for the secrets one request carried: made once, then kept.
+    fn mask_for(&self, sent: Vec<String>) -> Option<Arc<Mask>> {
+        if sent.is_empty() {
+            return None;
+        }
+        let mut kept = self.masks_kept();
+        if let Some(mask) = kept.get(&sent) {
+            return mask.clone();
+        }
+        let mask = Mask::new(&sent).map(Arc::new);
+        if kept.len() >= MASKS_KEPT {
+            kept.clear();
+        }
+        kept.insert(sent, mask.clone());
+        mask
     }
 
     /// [`Broker::apply`]'s judgement alone, for a request that will not be sent (the rules
@@ -760,6 +795,24 @@ mod tests {
         let none = inject(&b, ("example.org", 443), &mut h).unwrap();
         assert!(none.services.is_empty() && none.mask.is_none());
         assert_eq!(h[0].value, b"gzip, br");
+    }
+
+    /// A mask is made once for the secrets a request carries and kept for the next; a
+    /// rotated secret gets a new one, which masks the new value.
+    #[test]
+    fn masks_are_kept_until_the_secrets_change() {
+        let b = broker();
+        let first = inject(&b, ("api.github.com", 443), &mut vec![]).unwrap();
+        let again = inject(&b, ("api.github.com", 443), &mut vec![]).unwrap();
+        assert!(Arc::ptr_eq(
+            first.mask.as_ref().unwrap(),
+            again.mask.as_ref().unwrap()
+        ));
+        b.replace_secrets([("github".to_owned(), Secret::new("ghp_rotated_value".into()))].into());
+        let rotated = inject(&b, ("api.github.com", 443), &mut vec![]).unwrap();
+        let mask = rotated.mask.unwrap();
+        let mut echo = b"ghp_rotated_value".to_vec();
+        assert_eq!(mask.apply(&mut echo), 1, "the new secret is masked");
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl Tunnel {
                     .unless_revoked(
                         (&self.target, self.port, Protocol::Https),
                         (http_request(&method, &path), began),
-                        self.relay(forward, body, &mut respond, mask.as_ref()),
+                        self.relay(forward, body, &mut respond, mask.as_deref()),
                     )
                     .await
                 {
@@ -824,7 +824,7 @@ fn masked_value(mask: &Mask, value: &HeaderValue) -> Option<HeaderValue> {
 
 /// The request a stream is forwarded as, the verdict that allowed it, and the mask its
 /// response goes through when it carries a secret.
-type Prepared = (Request<()>, Verdict, Option<Mask>);
+type Prepared = (Request<()>, Verdict, Option<Arc<Mask>>);
 
 /// Reads and drops what is left of a refused request's body: at most 1 MiB, each part
 /// within `idle`. A larger or slower body is left to the stream's reset.

@@ -27,6 +27,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use memchr::memmem;
 
 /// What a masked run reads as; cut to the run's length, or padded with `*`.
@@ -48,8 +49,8 @@ pub const WINDOW: usize = MIN_MASKED_LEN;
 
 /// The secrets one request carried, to be masked in its response.
 pub struct Mask {
-    /// Every distinct run of [`WINDOW`] bytes of every secret.
-    windows: Vec<memmem::Finder<'static>>,
+    /// Every distinct run of [`WINDOW`] bytes of every secret, searched for in one pass.
+    windows: AhoCorasick,
     /// The secrets, to tell whether the end of a piece could grow into a run.
     secrets: Vec<Vec<u8>>,
 }
@@ -78,14 +79,14 @@ impl Mask {
         if kept.is_empty() {
             return None;
         }
-        let mut windows: Vec<memmem::Finder<'static>> = Vec::new();
-        for s in &kept {
-            for w in s.windows(WINDOW) {
-                if !windows.iter().any(|f| f.needle() == w) {
-                    windows.push(memmem::Finder::new(w).into_owned());
-                }
-            }
-        }
+        let windows: std::collections::BTreeSet<&[u8]> =
+            kept.iter().flat_map(|s| s.windows(WINDOW)).collect();
+        // Leftmost-first lets the search use its fast prefilters; overlapping runs are
+        // found by searching again one byte after each match.
+        let windows = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(windows)
+            .ok()?;
         Some(Mask {
             windows,
             secrets: kept,
@@ -96,14 +97,11 @@ impl Mask {
     /// overlapping and touching ones joined, in order.
     fn runs(&self, bytes: &[u8]) -> Vec<(usize, usize)> {
         let mut found = Vec::new();
-        for w in &self.windows {
-            let mut at = 0;
-            while let Some(i) = w.find(&bytes[at..]) {
-                found.push((at + i, at + i + WINDOW));
-                at += i + 1;
-            }
+        let mut at = 0;
+        while let Some(m) = self.windows.find(Input::new(bytes).span(at..bytes.len())) {
+            found.push((m.start(), m.end()));
+            at = m.start() + 1;
         }
-        found.sort_unstable();
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for (start, end) in found {
             match runs.last_mut() {
@@ -126,7 +124,7 @@ impl Mask {
     /// Whether `bytes` holds a run of a secret's bytes (for a header name, which is
     /// dropped rather than overwritten: the marker is not a token).
     pub fn finds(&self, bytes: &[u8]) -> bool {
-        self.windows.iter().any(|w| w.find(bytes).is_some())
+        self.windows.is_match(bytes)
     }
 
     /// A masker for one body.

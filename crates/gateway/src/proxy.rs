@@ -454,7 +454,7 @@ impl Gateway {
         path_and_query: &str,
         headers: &mut Vec<Header>,
         tls_upstream: bool,
-    ) -> (Verdict, Option<Mask>) {
+    ) -> (Verdict, Option<Arc<Mask>>) {
         if Method::parse(method).is_none() && Method::parse(&method.to_ascii_uppercase()).is_some()
         {
             // Methods are case-sensitive, so `delete` is an extension method that no
@@ -1568,7 +1568,7 @@ impl Gateway {
                     client,
                     buf,
                     upstream,
-                    (&response, mask.as_ref()),
+                    (&response, mask.as_deref()),
                     websocket,
                     (&target, &host, port, &path, carried, began),
                 )
@@ -1671,7 +1671,7 @@ impl Gateway {
                             &mut up.buf,
                             client,
                             (&self.cfg().limits.h1, idle),
-                            mask.as_ref(),
+                            mask.as_deref(),
                         )
                         .await
                     }
