@@ -50,8 +50,13 @@ fn serve<S: std::io::Read + std::io::Write>(stream: S, seen: &Seen) {
             head.push_str(&line);
         }
         let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        seen.lock().unwrap().push(head);
-        let body = format!("ok {path}\n");
+        seen.lock().unwrap().push(head.clone());
+        // `/echo` answers with the request head (as an echo endpoint would).
+        let body = if path == "/echo" {
+            head
+        } else {
+            format!("ok {path}\n")
+        };
         let resp = format!(
             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -1781,6 +1786,7 @@ fn the_broker_keeps_to_the_inject_port_and_follows_secret_rm() {
         r#"
 r() {{ curl -s --max-time 10 -H "Authorization: Bearer $GH_TOKEN" "$@"; }}
 echo "other_port=$(r https://api.test:{other}/other | grep -o 'reason: [a-z_]*')"
+echo "echoed=$(r https://api.test:{api}/echo | grep -i '^authorization' | tr -d '\r')"
 i=0
 while [ $i -lt 300 ]; do
   got=$(r https://api.test:{api}/loop)
@@ -1830,6 +1836,9 @@ done
     let p = probes(&stdout);
     let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
     expect("other_port", "reason: credential_exfiltration");
+    // An upstream that echoes the request hands the workload the masked secret only.
+    expect("echoed", "Authorization: Bearer [capgate:masked");
+    assert!(!stdout.contains("ghp_live_secret"), "{stdout}");
     expect("after_rm", "reason: credential_exfiltration");
     assert!(other_seen.lock().unwrap().is_empty(), "{other_seen:?}");
     let heads = api_seen.lock().unwrap();
