@@ -260,7 +260,7 @@ impl Broker {
         }
         Ok(Injected {
             services: done,
-            mask: self.mask_for(sent),
+            mask: self.mask_for(&secrets, sent),
         })
     }
 
@@ -270,20 +270,29 @@ impl Broker {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The mask for the secrets one request carried: made once, then kept.
-    fn mask_for(&self, sent: Vec<String>) -> Option<Arc<Mask>> {
+    /// The mask for the secrets one request carried (read from `secrets`): made once, then
+    /// kept while those secrets are the ones in force, so that a secret removed since is
+    /// not kept in a mask.
+    fn mask_for(
+        &self,
+        secrets: &Arc<BTreeMap<String, Secret>>,
+        sent: Vec<String>,
+    ) -> Option<Arc<Mask>> {
         if sent.is_empty() {
             return None;
         }
-        let mut kept = self.masks_kept();
-        if let Some(mask) = kept.get(&sent) {
+        if let Some(mask) = self.masks_kept().get(&sent) {
             return mask.clone();
         }
+        // Made outside the lock: it takes a fraction of a millisecond.
         let mask = Mask::new(&sent).map(Arc::new);
-        if kept.len() >= MASKS_KEPT {
-            kept.clear();
+        let mut kept = self.masks_kept();
+        if Arc::ptr_eq(secrets, &self.secrets()) {
+            if kept.len() >= MASKS_KEPT {
+                kept.clear();
+            }
+            kept.insert(sent, mask.clone());
         }
-        kept.insert(sent, mask.clone());
         mask
     }
 

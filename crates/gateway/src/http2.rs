@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::mask::{Mask, RELEASE_AFTER};
+use crate::mask::{Mask, RELEASE_AFTER, masked_text};
 use crate::proxy::{Gateway, authority_of, http_request, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
@@ -468,7 +468,7 @@ impl Tunnel {
         };
         let (parts, down) = response.into_parts();
         // A body masking cannot read is not relayed unread.
-        if mask.is_some()
+        if let Some(mask) = mask
             && !down.is_end_stream()
             && let Some(encoding) = crate::mask::unreadable_encoding(
                 parts
@@ -479,7 +479,7 @@ impl Tunnel {
         {
             let message = format!(
                 "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
-                capgate_spec::text::printable(&encoding)
+                capgate_spec::text::printable(&masked_text(mask, encoding))
             );
             let text = format!(
                 "capgate refused the answer of {}:{}: {message}\n",

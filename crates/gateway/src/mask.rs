@@ -250,6 +250,13 @@ impl MaskStream<'_> {
     }
 }
 
+/// `text` from the upstream, masked, for a message that quotes it.
+pub fn masked_text(mask: &Mask, text: String) -> String {
+    let mut bytes = text.into_bytes();
+    mask.apply(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// The encoding of an answer with a body that masking cannot read (compressed as a whole,
 /// or gRPC messages compressed), as `name: value`: such an answer is refused rather than
 /// relayed unread. The request asked for neither, so an upstream sends one only against

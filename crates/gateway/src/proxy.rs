@@ -28,7 +28,7 @@ use tokio::time::timeout;
 use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
 use crate::broker::Broker;
 use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
-use crate::mask::{Mask, MaskStream, RELEASE_AFTER, WsMasker};
+use crate::mask::{Mask, MaskStream, RELEASE_AFTER, WsMasker, masked_text};
 use crate::respond;
 use crate::stall::{self, Stall};
 use crate::tls::{CertificateAuthority, MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
@@ -1588,8 +1588,8 @@ impl Gateway {
                 });
         }
         // A body masking cannot read is not relayed unread.
-        if mask.is_some()
-            && response.framing != Framing::None
+        if let Some(mask) = mask.as_deref()
+            && !matches!(response.framing, Framing::None | Framing::Length(0))
             && let Some(encoding) = crate::mask::unreadable_encoding(
                 response
                     .headers
@@ -1600,7 +1600,7 @@ impl Gateway {
             *upstream = None;
             let message = format!(
                 "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
-                capgate_spec::text::printable(&encoding)
+                capgate_spec::text::printable(&masked_text(mask, encoding))
             );
             let v = Verdict::refused(Reason::InvalidTarget, message.clone());
             self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (bytes_up, 0));

@@ -145,10 +145,17 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 }
                 continue;
             }
-            // `/gzip`: a body said to be gzip-compressed.
-            if target.ends_with("/gzip") {
-                let resp =
-                    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nzzzz";
+            // `/gzip`: a body said to be gzip-compressed; `/ce-echo`: said to be encoded
+            // as `x-` and the request's Authorization.
+            if target.ends_with("/gzip") || target.ends_with("/ce-echo") {
+                let encoding = if target.ends_with("/gzip") {
+                    "gzip".to_owned()
+                } else {
+                    format!("x-{}", authorization(&head))
+                };
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: {encoding}\r\nContent-Length: 4\r\n\r\nzzzz"
+                );
                 if s.write_all(resp.as_bytes()).await.is_err() {
                     return;
                 }
@@ -279,9 +286,14 @@ where
             if echo {
                 response = response.header("x-echo", authorization(&head));
             }
-            // `/gzip`: the body said to be gzip-compressed.
+            // `/gzip`: the body said to be gzip-compressed; `/ce-echo`: encoded as `x-`
+            // and the request's Authorization.
             if target.ends_with("/gzip") {
                 response = response.header("content-encoding", "gzip");
+            }
+            if target.ends_with("/ce-echo") {
+                response =
+                    response.header("content-encoding", format!("x-{}", authorization(&head)));
             }
             let response = response.body(()).unwrap();
             // `/pause`: `status g`, and the stream stays open.
@@ -1429,6 +1441,13 @@ async fn a_compressed_answer_to_a_secret_is_refused_not_relayed_unread() {
             !out.contains("zzzz") && !out.contains("hello from"),
             "{out}"
         );
+        // The refusal quotes the encoding masked: it could hold the secret.
+        let (_, out) = fetch(host, "/repos/ce-echo").await;
+        assert!(
+            out.contains(" 502") && out.contains("x-Bearer [capgate:masked]"),
+            "{out}"
+        );
+        assert!(!out.contains("ghp_the_real_secret"), "{out}");
         let (code, out) = fetch(twin, "/gzip").await;
         assert_eq!(code, 0, "{out}");
         assert!(
