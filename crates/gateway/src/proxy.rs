@@ -1546,6 +1546,11 @@ impl Gateway {
                 Ok(r) => break r,
                 Err(message) => {
                     *upstream = None;
+                    // The parser's message may quote the answer (a header's name).
+                    let message = match mask.as_deref() {
+                        Some(mask) => masked_text(mask, message),
+                        None => message,
+                    };
                     let v = Verdict::refused(
                         Reason::InvalidTarget,
                         format!("no usable response: {message}"),

@@ -161,6 +161,16 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 }
                 continue;
             }
+            // `/bad-header`: a header named after the request's token, with a value no
+            // parser takes.
+            if target.ends_with("/bad-header") {
+                let auth = authorization(&head);
+                let token = auth.strip_prefix("Bearer ").unwrap_or(&auth);
+                let resp =
+                    format!("HTTP/1.1 200 OK\r\n{token}: a\x01b\r\nContent-Length: 0\r\n\r\n");
+                let _ = s.write_all(resp.as_bytes()).await;
+                return;
+            }
             if target.ends_with("/pause") {
                 let resp = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nstatus g\r\n";
                 let _ = s.write_all(resp.as_bytes()).await;
@@ -1482,6 +1492,24 @@ async fn a_bad_websocket_frame_ends_the_relay_after_what_came_before() {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), ws.read_to_end(&mut got)).await;
     assert!(got.starts_with(b"\x81\x03bye"), "{got:?}");
     assert!(!got.windows(2).any(|w| w == b"\x83\x00"), "{got:?}");
+}
+
+/// An answer capgate cannot parse is refused with the parser's reason, which may quote the
+/// answer (here a header named after the secret): masked too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparsable_answer_is_refused_without_quoting_the_secret() {
+    let h = harness(true).await;
+    let (_, out) = curl(
+        &h,
+        &["-i", &url(&h, "https", "api.test", "/repos/bad-header")],
+    )
+    .await;
+    assert!(
+        out.contains(" 502")
+            && out.contains("invalid character in `[capgate:masked]***` header value"),
+        "{out}"
+    );
+    assert!(!out.contains("ghp_the_real_secret"), "{out}");
 }
 
 /// A 1xx interim answer's reason phrase is masked like the final answer's.
