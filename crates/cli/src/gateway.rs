@@ -138,6 +138,13 @@ pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
             let value = read_secret(service)?;
             store.set(service, &value)?;
             println!("stored the secret for `{service}`");
+            // As stored: the line end is not part of it.
+            if value.trim_end_matches(['\n', '\r']).len() < capgate_gateway::mask::MIN_MASKED_LEN {
+                eprintln!(
+                    "capgate: warning: the secret is shorter than {} bytes: an answer that quotes it back is not masked (so short a value occurs by chance)",
+                    capgate_gateway::mask::MIN_MASKED_LEN
+                );
+            }
         }
         SecretCommand::Ls { json } => {
             let services = store.services()?;

@@ -118,12 +118,21 @@ fn curl_code(proxy: u16, url: &str) -> String {
 fn decisions_follow_the_store_while_the_gateway_runs() {
     let h = Home(tempfile::tempdir().unwrap());
     h.create("gw", "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@1\n    config: {runtime: {allow: [svc.test]}}\n  - type: com.docker.sandbox/credential@1\n    config: {service: svc, phase: runtime, apiKey: {name: SVC_TOKEN, inject: [{domain: svc.test}]}}\n");
-    assert_eq!(
-        h.run(&["secret", "set", "svc"], Some("the-real-secret"))
-            .status
-            .code(),
-        Some(0)
+    let set = h.run(&["secret", "set", "svc"], Some("the-real-secret\n"));
+    assert_eq!(set.status.code(), Some(0));
+    assert!(
+        set.stderr.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&set.stderr)
     );
+    // A secret too short to be masked in answers is stored, with a warning that says so.
+    let short = h.run(&["secret", "set", "pin"], Some("1234567\n"));
+    assert_eq!(short.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&short.stderr).contains("shorter than 8 bytes"),
+        "{short:?}"
+    );
+    assert_eq!(h.run(&["secret", "rm", "pin"], None).status.code(), Some(0));
     let up = upstream();
     let port = free_port();
     let mut child = h.cmd(&[
