@@ -1401,6 +1401,14 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
             "  (to allow {host}: list it in a kit's network-policy@2 allow and run with --kit, or allow it for every sandbox with `capgate policy allow network {host}`)"
         );
     }
+    if denied
+        .iter()
+        .any(|e| e.reason == capgate_policy::Reason::CaNotTrusted)
+    {
+        say!(
+            "  (ca_not_trusted: a client refused capgate's certificate; in the sandbox capgate's CA is in {CA_IN_SANDBOX}, which SSL_CERT_FILE, NODE_EXTRA_CA_CERTS and the like name; a client with a trust store of its own must be pointed at it)"
+        );
+    }
     Ok(denied.len())
 }
 

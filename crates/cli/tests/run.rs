@@ -1850,6 +1850,60 @@ done
     );
 }
 
+/// A client in the sandbox that does not trust capgate's CA (python with a context that
+/// trusts nothing) ends the intercepted handshake; the run's summary names it and says
+/// where the CA is. The twin: the same request with python's default context passes.
+#[test]
+fn a_client_that_distrusts_capgates_ca_is_named_in_the_summary() {
+    let env = setup();
+    let up_ca = CertificateAuthority::load_or_create(&env.path("upstream-ca")).unwrap();
+    let (api, _) = https_upstream(&up_ca, "api.test");
+    env.write_kit(
+        "kit",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [{hosts: [api.test], methods: [GET], paths: [\"/**\"]}]}}\n",
+    );
+    let script = format!(
+        r#"
+import ssl, urllib.request
+url = "https://api.test:{api}/x"
+try:
+    urllib.request.urlopen(url, context=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    print("distrusting=passed")
+except Exception as e:
+    print("distrusting=refused")
+print("trusting=" + urllib.request.urlopen(url).read().decode().strip())
+"#
+    );
+    std::fs::write(env.path("ws/probe.py"), &script).unwrap();
+    let upstream_ca = env.path("upstream-ca/ca.pem");
+    let o = env.capgate(
+        &[
+            "run",
+            "--kit",
+            env.path("kit").to_str().unwrap(),
+            "--upstream-ca",
+            upstream_ca.to_str().unwrap(),
+            "--dangerously-resolve",
+            "api.test=127.0.0.1",
+            "--",
+            "python3",
+            "probe.py",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
+    expect("distrusting", "refused");
+    expect("trusting", "ok /x");
+    assert!(
+        stderr.contains(&format!("api.test:{api}: ca_not_trusted"))
+            && stderr.contains("capgate's CA is in /etc/ssl/certs/ca-certificates.crt"),
+        "{stderr}"
+    );
+}
+
 /// A pack's egress triples in a real sandbox: curl and python reach the host, port and
 /// protocol granted, and nothing else of them (cleartext to the https grant, a tunnel to the
 /// http one); a credential injected on an egress host reaches it there only.
