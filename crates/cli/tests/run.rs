@@ -169,6 +169,21 @@ fn out(o: &Output) -> (String, String) {
 impl Env {
     /// Writes `yaml` as the kit `name` and runs `capgate run --kit name -- cmd…`: the exit
     /// code, stdout and stderr.
+    /// `capgate run --kit KIT` trusting the test upstreams' CA (`upstream-ca`), with each
+    /// of `names` resolved to 127.0.0.1, then `cmd`.
+    fn run_against_upstreams(&self, kit: &str, names: &[&str], cmd: &[&str]) -> Output {
+        let (kit, ca) = (self.path(kit), self.path("upstream-ca/ca.pem"));
+        let mappings: Vec<String> = names.iter().map(|n| format!("{n}=127.0.0.1")).collect();
+        let mut args = vec!["run", "--kit", kit.to_str().unwrap()];
+        args.extend(["--upstream-ca", ca.to_str().unwrap()]);
+        for m in &mappings {
+            args.extend(["--dangerously-resolve", m.as_str()]);
+        }
+        args.push("--");
+        args.extend_from_slice(cmd);
+        self.capgate(&args, None)
+    }
+
     fn run_kit(&self, name: &str, yaml: &str, cmd: &[&str]) -> (Option<i32>, String, String) {
         self.write_kit(name, yaml);
         let kit = self.path(name).display().to_string();
@@ -1875,22 +1890,7 @@ print("trusting=" + urllib.request.urlopen(url).read().decode().strip())
 "#
     );
     std::fs::write(env.path("ws/probe.py"), &script).unwrap();
-    let upstream_ca = env.path("upstream-ca/ca.pem");
-    let o = env.capgate(
-        &[
-            "run",
-            "--kit",
-            env.path("kit").to_str().unwrap(),
-            "--upstream-ca",
-            upstream_ca.to_str().unwrap(),
-            "--dangerously-resolve",
-            "api.test=127.0.0.1",
-            "--",
-            "python3",
-            "probe.py",
-        ],
-        None,
-    );
+    let o = env.run_against_upstreams("kit", &["api.test"], &["python3", "probe.py"]);
     let (stdout, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
     let p = probes(&stdout);
