@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use crate::h1::Header;
-use crate::mask::{Mask, RELEASE_AFTER, masked_text};
+use crate::mask::{Mask, RELEASE_AFTER};
 use crate::proxy::{Gateway, authority_of, http_request, split_authority, target_of};
 use crate::respond;
 use crate::stall::Stall;
@@ -470,17 +470,14 @@ impl Tunnel {
         // A body masking cannot read is not relayed unread.
         if let Some(mask) = mask
             && !down.is_end_stream()
-            && let Some(encoding) = crate::mask::unreadable_encoding(
+            && let Some(message) = crate::mask::unreadable(
+                mask,
                 parts
                     .headers
                     .iter()
                     .map(|(name, value)| (name.as_str(), value.as_bytes())),
             )
         {
-            let message = format!(
-                "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
-                capgate_spec::text::printable(&masked_text(mask, encoding))
-            );
             let text = format!(
                 "capgate refused the answer of {}:{}: {message}\n",
                 self.host, self.port
@@ -497,21 +494,8 @@ impl Tunnel {
                 if dropped(name.as_str()) {
                     continue;
                 }
-                match mask {
-                    // A length capgate's codec checked is no reflection.
-                    Some(_) if name == http::header::CONTENT_LENGTH => {
-                        map.append(name, value.clone());
-                    }
-                    Some(mask) => {
-                        if let Some(value) = masked_value(mask, value)
-                            && !mask.finds(name.as_str().as_bytes())
-                        {
-                            map.append(name, value);
-                        }
-                    }
-                    None => {
-                        map.append(name, value.clone());
-                    }
+                if let Some(value) = masked_field(mask, name, value) {
+                    map.append(name, value);
                 }
             }
         }
@@ -773,10 +757,11 @@ async fn pipe_body(
     match fields {
         Some(fields) if trailers => {
             let fields = match mask {
-                Some(mask) => fields
+                Some(_) => fields
                     .iter()
-                    .filter(|(name, _)| !mask.finds(name.as_str().as_bytes()))
-                    .filter_map(|(name, value)| Some((name.clone(), masked_value(mask, value)?)))
+                    .filter_map(|(name, value)| {
+                        Some((name.clone(), masked_field(mask, name, value)?))
+                    })
                     .collect(),
                 None => fields,
             };
@@ -812,9 +797,21 @@ async fn send_data(
     Ok(())
 }
 
-/// `value` with the secrets of `mask` overwritten (`None` in the impossible case that the
-/// result is no header value: the header is then dropped).
-fn masked_value(mask: &Mask, value: &HeaderValue) -> Option<HeaderValue> {
+/// A field of an answer as it may reach the client: its value with the secrets of `mask`
+/// overwritten; `None` (the field is dropped) when its name holds one (the marker is no
+/// token) or, impossibly, the result is no header value. `Content-Length` is a number
+/// capgate's codec checked, no reflection, and stays as it is.
+fn masked_field(
+    mask: Option<&Mask>,
+    name: &HeaderName,
+    value: &HeaderValue,
+) -> Option<HeaderValue> {
+    let Some(mask) = mask.filter(|_| name != http::header::CONTENT_LENGTH) else {
+        return Some(value.clone());
+    };
+    if mask.finds(name.as_str().as_bytes()) {
+        return None;
+    }
     let mut bytes = value.as_bytes().to_vec();
     if mask.apply(&mut bytes) == 0 {
         return Some(value.clone());

@@ -257,23 +257,27 @@ pub fn masked_text(mask: &Mask, text: String) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The encoding of an answer with a body that masking cannot read (compressed as a whole,
-/// or gRPC messages compressed), as `name: value`: such an answer is refused rather than
-/// relayed unread. The request asked for neither, so an upstream sends one only against
-/// that (or because the workload itself sent compressed gRPC messages).
-pub fn unreadable_encoding<'h>(
+/// Why an answer with a body (its header `fields`) cannot be masked, if it cannot: the
+/// body is encoded (compressed as a whole, or gRPC messages compressed). Such an answer is
+/// refused rather than relayed unread. The request asked for neither encoding, so an
+/// upstream sends one only against that (or because the workload itself sent compressed
+/// gRPC messages). The reason quotes the encoding, masked and printable.
+pub fn unreadable<'h>(
+    mask: &Mask,
     fields: impl IntoIterator<Item = (&'h str, &'h [u8])>,
 ) -> Option<String> {
-    fields
-        .into_iter()
-        .find(|(name, value)| {
-            let value = value.trim_ascii();
-            (name.eq_ignore_ascii_case("content-encoding")
-                || name.eq_ignore_ascii_case("grpc-encoding"))
-                && !value.is_empty()
-                && !value.eq_ignore_ascii_case(b"identity")
-        })
-        .map(|(name, value)| format!("{name}: {}", String::from_utf8_lossy(value)))
+    let (name, value) = fields.into_iter().find(|(name, value)| {
+        let value = value.trim_ascii();
+        (name.eq_ignore_ascii_case("content-encoding")
+            || name.eq_ignore_ascii_case("grpc-encoding"))
+            && !value.is_empty()
+            && !value.eq_ignore_ascii_case(b"identity")
+    })?;
+    let quoted = masked_text(mask, format!("{name}: {}", String::from_utf8_lossy(value)));
+    Some(format!(
+        "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
+        capgate_spec::text::printable(&quoted)
+    ))
 }
 
 /// Masks the frames a WebSocket server sends (RFC 6455 §5), for a connection whose upgrade

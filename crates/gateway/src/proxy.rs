@@ -1595,7 +1595,8 @@ impl Gateway {
         // A body masking cannot read is not relayed unread.
         if let Some(mask) = mask.as_deref()
             && !matches!(response.framing, Framing::None | Framing::Length(0))
-            && let Some(encoding) = crate::mask::unreadable_encoding(
+            && let Some(message) = crate::mask::unreadable(
+                mask,
                 response
                     .headers
                     .iter()
@@ -1603,10 +1604,6 @@ impl Gateway {
             )
         {
             *upstream = None;
-            let message = format!(
-                "it is encoded (`{}`), so capgate cannot make sure it does not hand back the secret the request carried",
-                capgate_spec::text::printable(&masked_text(mask, encoding))
-            );
             let v = Verdict::refused(Reason::InvalidTarget, message.clone());
             self.audit_verdict(&host, port, &v, Some((&head.method, &path)), (bytes_up, 0));
             let body = format!("capgate refused the answer of {host}:{port}: {message}\n");
