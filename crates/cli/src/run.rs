@@ -941,7 +941,7 @@ fn run_provisioned(
     let _ = sandbox.stop();
     runtime.shutdown_background();
     if args.copy_back {
-        let upper = spec.state_dir.join("upper");
+        let upper = spec.state_dir.join(capgate_sandbox::OVERLAY_UPPER);
         let guarded = kit_files(provisioned);
         let outcome =
             crate::copyback::copy_back(&upper, &spec.workspace.host_dir, name, &data, &guarded);
@@ -1065,7 +1065,7 @@ fn kit_files(provisioned: &Provisioned) -> crate::copyback::KitFiles {
 /// another workspace while changes of the first are kept.
 fn claim_upper(state: &Path, workspace: &Path) -> Result<Option<String>> {
     let record = state.join("workspace");
-    let upper = state.join("upper");
+    let upper = state.join(capgate_sandbox::OVERLAY_UPPER);
     let held = std::fs::read_dir(&upper).is_ok_and(|mut d| d.next().is_some());
     if let Ok(owner) = std::fs::read(&record) {
         let owner = PathBuf::from(std::ffi::OsString::from_vec(owner));

@@ -34,7 +34,10 @@ use crate::linux::Linux;
 use crate::plan::{self, HostView};
 use crate::proto::{self, Reply, Request, WireCommand};
 use crate::report::{LandlockEnforcement, StartReport};
-use crate::spec::{ListenerKind, SandboxSpec, VolumeSource, WorkspaceMode};
+use crate::spec::{
+    ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec, VolumeSource,
+    WorkspaceMode,
+};
 use crate::sys::{self, Forked};
 
 /// The descriptor number the caller passes the control socket on.
@@ -179,13 +182,14 @@ fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
         create_private_dir(&view).map_err(|err| e("create", &view, err))?;
     }
     if spec.workspace.mode == WorkspaceMode::Copy {
-        for dir in [spec.state_dir.join("upper"), spec.state_dir.join("work")] {
+        for name in [OVERLAY_UPPER, OVERLAY_WORK, OVERLAY_LOWER] {
+            let dir = spec.state_dir.join(name);
             create_private_dir(&dir).map_err(|err| e("create", &dir, err))?;
         }
         // The overlay's root takes the upper directory's mode: give it the host directory's
         // (the state directory itself stays 0700 on the host).
         use std::os::unix::fs::PermissionsExt;
-        let upper = spec.state_dir.join("upper");
+        let upper = spec.state_dir.join(OVERLAY_UPPER);
         let mode = std::fs::metadata(&spec.workspace.host_dir)
             .map_err(|err| e("stat", &spec.workspace.host_dir, err))?
             .permissions()

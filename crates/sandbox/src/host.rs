@@ -1,7 +1,7 @@
 //! The caller's handle on a running sandbox.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use crate::error::SandboxError;
@@ -282,7 +282,10 @@ impl Sandbox {
     pub fn prepare(helper: &HelperCommand) -> Result<Prepared, SandboxError> {
         let (ours, theirs) = proto::pair().map_err(os("creating the control socket"))?;
         let mut cmd = Command::new(&helper.exe);
-        cmd.args(&helper.args)
+        // The sandbox's init is a clone of the helper, and its command line is readable in
+        // the sandbox (`/proc/1/cmdline`): a bare name there tells it no host path.
+        cmd.arg0("capgate")
+            .args(&helper.args)
             .arg("--ctl-fd")
             .arg(CTL_FD.to_string())
             .env_clear()

@@ -62,6 +62,6 @@ pub use remove::remove_tree;
 pub use report::{LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{
     AGENT_HOME, AGENT_ID, DEFAULT_PIDS, DEFAULT_TMPFS_SIZE, EtcFiles, HelperCommand, Limits,
-    ListenerKind, ListenerSpec, RunCommand, SandboxSpec, User, VolumeMount, VolumeSource,
-    WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
+    ListenerKind, ListenerSpec, OVERLAY_UPPER, RunCommand, SandboxSpec, User, VolumeMount,
+    VolumeSource, WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
 };

@@ -16,8 +16,8 @@ use crate::policy::{
     SYSTEM_DIRS, WRITE_ROOTS,
 };
 use crate::spec::{
-    AGENT_HOME, AGENT_ID, ListenerKind, SandboxSpec, User, VolumeSource, WORKSPACE_DIR,
-    WorkspaceMode,
+    AGENT_HOME, AGENT_ID, ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec,
+    User, VolumeSource, WORKSPACE_DIR, WorkspaceMode,
 };
 
 /// A host system directory as the host has it.
@@ -645,17 +645,25 @@ pub(crate) fn init_effects(
         None => r(WORKSPACE_DIR),
     };
     match spec.workspace.mode {
-        WorkspaceMode::Copy => push(mount_fs(
-            "overlay",
-            ws_at.clone(),
-            writable_flags,
-            format!(
-                "lowerdir={},upperdir={},workdir={},userxattr",
-                host_ws.display(),
-                spec.state_dir.join("upper").display(),
-                spec.state_dir.join("work").display()
-            ),
-        )),
+        WorkspaceMode::Copy => {
+            // The overlay's options show in the workload's `/proc/self/mountinfo` as they
+            // were given: named relative to the state directory, they tell it neither the
+            // host directory's path nor the data directory's. The host directory is bound
+            // at `lower` there first, in this mount namespace only (its mounts are private;
+            // the bind goes with the old root at pivot_root).
+            let lower = spec.state_dir.join(OVERLAY_LOWER);
+            push(bind(host_ws, lower.clone()));
+            push(remount_bind(lower, NOSUID_NODEV | MsFlags::MS_RDONLY));
+            push(Effect::Chdir(spec.state_dir.clone()));
+            push(mount_fs(
+                "overlay",
+                ws_at.clone(),
+                writable_flags,
+                format!(
+                    "lowerdir={OVERLAY_LOWER},upperdir={OVERLAY_UPPER},workdir={OVERLAY_WORK},userxattr"
+                ),
+            ));
+        }
         WorkspaceMode::Mount => {
             push(bind(host_ws, ws_at.clone()));
             push(remount_bind(ws_at.clone(), writable_flags));
@@ -1401,7 +1409,12 @@ mod tests {
                 };
                 assert_eq!(t, target);
                 assert!(flags.contains(MsFlags::MS_NOSUID), "{}", src.display());
-                let writable = [Path::new("/src/proj"), Path::new("/state/cache")];
+                // A copy workspace's host directory is bound only as the overlay's lower
+                // layer, which nothing writes.
+                let writable = match mode {
+                    WorkspaceMode::Copy => vec![Path::new("/state/cache")],
+                    WorkspaceMode::Mount => vec![Path::new("/src/proj"), Path::new("/state/cache")],
+                };
                 assert_eq!(
                     flags.contains(MsFlags::MS_RDONLY),
                     !writable.contains(&src.as_path()),
@@ -1457,9 +1470,30 @@ mod tests {
         let (flags, data) = home.unwrap();
         assert!(flags.contains(MsFlags::MS_NOEXEC));
         assert!(data.unwrap().contains("uid=1000"));
-        assert!(fx.iter().any(|e| matches!(e,
-            Effect::Mount { fstype: Some("overlay"), data: Some(d), .. }
-                if d == "lowerdir=/src/proj,upperdir=/state/box/upper,workdir=/state/box/work,userxattr")));
+        // The overlay's options name no host path (the workload reads them in its
+        // mountinfo): the host directory is bound into the state directory, which becomes
+        // the current directory, and the layers are named relative to it.
+        let overlay = position(&fx, |e| {
+            matches!(e,
+                Effect::Mount { fstype: Some("overlay"), data: Some(d), .. }
+                    if d == "lowerdir=lower,upperdir=upper,workdir=work,userxattr")
+        });
+        let lower = position(&fx, |e| {
+            matches!(e,
+                Effect::Mount { source: Some(s), target, fstype: None, .. }
+                    if s == Path::new("/src/proj") && target == Path::new("/state/box/lower"))
+        });
+        let cwd = position(
+            &fx,
+            |e| matches!(e, Effect::Chdir(d) if d == Path::new("/state/box")),
+        );
+        assert!(lower < cwd && cwd < overlay, "{fx:#?}");
+        assert!(
+            !fx[cwd + 1..overlay]
+                .iter()
+                .any(|e| matches!(e, Effect::Chdir(_) | Effect::PivotRoot(_))),
+            "{fx:#?}"
+        );
     }
 
     #[test]

@@ -13,6 +13,12 @@ use crate::error::SandboxError;
 pub const WORKSPACE_DIR: &str = "/home/agent/workspace";
 /// The agent's home inside (a `noexec` tmpfs).
 pub const AGENT_HOME: &str = "/home/agent";
+/// A copy-mode workspace's overlay, in the sandbox's state directory: the upper directory
+/// (what the workload changed, which copy-back reads), its work directory, and where the
+/// host directory is bound as the lower layer (in the sandbox's mount namespace only).
+pub const OVERLAY_UPPER: &str = "upper";
+pub(crate) const OVERLAY_WORK: &str = "work";
+pub(crate) const OVERLAY_LOWER: &str = "lower";
 /// The agent's uid and gid inside the sandbox.
 pub const AGENT_ID: u32 = 1000;
 /// Default pids limit (the same as CapsCode's and Docker's `PidsLimit` default).

@@ -42,6 +42,42 @@ fn host_paths_outside_the_grants_do_not_exist_but_the_workspace_does() {
 }
 
 #[test]
+fn the_sandbox_reads_no_host_path_in_its_mount_table_or_its_init_command_line() {
+    // A copy-mode workspace's overlay options, and the init's argv, are readable inside.
+    // Named as given, they would tell the workload where the host keeps the workspace and
+    // the data directory (a user name, a project name).
+    let s = setup("fs-paths", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let out = sh(
+        &mut b.sandbox,
+        "cat /proc/self/mountinfo /proc/self/mounts; tr '\\0' ' ' </proc/1/cmdline",
+    );
+    assert!(out.ok(), "{out:?}");
+    let tmp = s.dir.path().display().to_string();
+    let exe = helper().exe.display().to_string();
+    for host in [&tmp, &exe] {
+        assert!(
+            !out.stdout.contains(host.as_str()),
+            "{host} in\n{}",
+            out.stdout
+        );
+    }
+    // The harmless twin: the workspace is there, an overlay, and the init is the helper.
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.contains(" /home/agent/workspace ") && l.contains(" - overlay ")),
+        "{}",
+        out.stdout
+    );
+    let cmdline = out.stdout.lines().last().unwrap();
+    assert!(cmdline.starts_with("capgate --ctl-fd "), "{cmdline}");
+    let readme = run(&mut b.sandbox, &["cat", "/home/agent/workspace/README.md"]);
+    assert_eq!(readme.stdout, "hello from the host\n");
+    b.sandbox.stop().unwrap();
+}
+
+#[test]
 fn writes_outside_the_grants_fail_erofs_on_read_only_mounts_and_eacces_by_landlock() {
     let s = setup("fs-write", WorkspaceMode::Copy);
     let mut b = start(&s.spec);
