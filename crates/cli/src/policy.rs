@@ -633,6 +633,10 @@ pub fn event_target(e: &capgate_policy::audit::AuditEvent) -> String {
                 printable(detail)
             )
         }
+        // A program an exec allowlist refused (recorded by `capgate run`).
+        (Some(_), Some(file)) if e.host == crate::run::EXEC_AUDIT_HOST && e.port == 0 => {
+            format!("{} {}", crate::run::EXEC_AUDIT_HOST, printable(file))
+        }
         (Some(m), Some(p)) => format!(
             "{} {}:{}{}",
             printable(m),

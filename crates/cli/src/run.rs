@@ -91,9 +91,10 @@ pub struct RunArgs {
     /// Process and thread limit.
     #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS)]
     pids: u32,
-    /// Exit 3 if the gateway refused anything during the run (a request, a connection, a
-    /// DNS name), or if its refusals could not be recorded. Filesystem and exec refusals are
-    /// the kernel's (EACCES, EROFS, ENOENT for the workload) and are not counted.
+    /// Exit 3 if anything was refused during the run: by the gateway (a request, a
+    /// connection, a DNS name) or by a pack's exec allowlist (a program it does not list),
+    /// or if refusals could not be recorded. Filesystem refusals are the kernel's (EACCES,
+    /// EROFS, ENOENT for the workload) and are not counted.
     #[arg(long)]
     fail_on_violation: bool,
     /// Approve widenings of the lock and write it.
@@ -926,6 +927,7 @@ fn run_provisioned(
             }
         }
     }
+    record_exec_refusals(&mut sandbox, audit.as_deref(), name, Phase::Install);
     phase.set(Phase::Runtime);
     if code == exit::OK {
         code = run_workload(
@@ -936,6 +938,7 @@ fn run_provisioned(
             interrupt,
         );
     }
+    record_exec_refusals(&mut sandbox, audit.as_deref(), name, Phase::Runtime);
     // From here the helper's pid is reaped: no signal may use it any more.
     interrupt.disarm();
     let _ = sandbox.stop();
@@ -1347,6 +1350,50 @@ fn plural_requests(n: u64) -> String {
     }
 }
 
+/// The host of an exec refusal's audit event (port 0).
+pub const EXEC_AUDIT_HOST: &str = "exec";
+
+/// Records the execs the sandbox's exec allowlist refused since the last call (in `phase`)
+/// in the audit log, beside the gateway's refusals: host [`EXEC_AUDIT_HOST`], port 0,
+/// method `execve`, the file as the path. Refusals the sandbox could not keep are one
+/// `limit_exceeded` event that counts them.
+fn record_exec_refusals(
+    sandbox: &mut capgate_sandbox::Sandbox,
+    audit: Option<&capgate_policy::audit::AuditWriter>,
+    name: &str,
+    phase: Phase,
+) {
+    let (refused, dropped) = sandbox.take_exec_refusals();
+    let Some(audit) = audit else {
+        return;
+    };
+    let event = |reason| {
+        let mut e = capgate_policy::audit::AuditEvent::new(
+            name,
+            EXEC_AUDIT_HOST,
+            0,
+            Decision::Deny,
+            reason,
+        );
+        e.phase = Some(phase);
+        e.method = Some("execve".to_owned());
+        e
+    };
+    for r in refused {
+        let mut e = event(capgate_policy::Reason::ExecNotGranted);
+        e.time = Timestamp::from_unix_millis(i64::try_from(r.at_unix_ms).unwrap_or(i64::MAX));
+        e.path = Some(r.resolved);
+        audit.record(e);
+    }
+    if dropped > 0 {
+        let mut e = event(capgate_policy::Reason::LimitExceeded);
+        e.path = Some(format!(
+            "({dropped} more refused execs, not kept one by one)"
+        ));
+        audit.record(e);
+    }
+}
+
 /// Prints what the gateway refused during the run; returns how many refusals there were.
 fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Result<usize> {
     let denied: Vec<_> = events(
@@ -1399,6 +1446,14 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
         let host = printable(&e.host);
         say!(
             "  (to allow {host}: list it in a kit's network-policy@2 allow and run with --kit, or allow it for every sandbox with `capgate policy allow network {host}`)"
+        );
+    }
+    if denied
+        .iter()
+        .any(|e| e.reason == capgate_policy::Reason::ExecNotGranted)
+    {
+        say!(
+            "  (exec_not_granted: the pack's dev.capgate/exec@1 `allow` does not list the program; list it there if the pack needs to run it)"
         );
     }
     if denied

@@ -2169,6 +2169,100 @@ except OSError as e:
     );
 }
 
+/// A program a pack's exec allowlist refuses is a capability violation like a refused
+/// request (seed 002: network, fs, exec): named in the run's summary with the file it led
+/// to, in the audit log as `exec_not_granted`, and, under `--fail-on-violation`, exit 3,
+/// also when the workload shrugs the EACCES off and exits 0. The twins: the same pack
+/// running only what it lists, and a pack without a list spawning the same program, exit 0
+/// with nothing refused.
+#[test]
+fn a_refused_exec_is_a_recorded_violation() {
+    let env = setup();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3]}\n";
+    let shrug = "import subprocess\ntry:\n    subprocess.run(['/bin/true'])\nexcept OSError as e:\n    print('refused', e.errno)\n";
+    std::fs::write(env.path("ws/shrug.py"), shrug).unwrap();
+    env.write_kit("pack", pack);
+    let kit = env.path("pack").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--fail-on-violation",
+            "--name",
+            "exec-pack",
+            "--kit",
+            &kit,
+            "--",
+            "python3",
+            "shrug.py",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(3), "{stdout}{stderr}");
+    assert_eq!(stdout, "refused 13\n", "{stderr}");
+    let true_at = std::fs::canonicalize("/bin/true").unwrap();
+    assert!(
+        stderr.contains(&format!("exec {}: exec_not_granted", true_at.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("dev.capgate/exec@1 `allow` does not list"),
+        "{stderr}"
+    );
+    let o = env.capgate(&["policy", "log", "--sandbox", "exec-pack", "--json"], None);
+    let (log, _) = out(&o);
+    assert!(
+        log.contains("exec_not_granted") && log.contains(&*true_at.to_string_lossy()),
+        "{log}"
+    );
+
+    // Without the flag the run keeps the workload's status, and still says what was refused.
+    let (code, stdout, stderr) = env.run_kit("pack", pack, &["python3", "shrug.py"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("exec_not_granted"), "{stderr}");
+
+    // The twins: only listed programs; no list at all.
+    let o = env.capgate(
+        &[
+            "run",
+            "--fail-on-violation",
+            "--kit",
+            &kit,
+            "--",
+            "python3",
+            "-c",
+            "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stderr.contains("exec_not_granted"), "{stderr}");
+    // The pack version stays flagged for the violations of the runs before (seed 002).
+    assert!(
+        stderr.contains("was refused 2 requests in 2 earlier runs"),
+        "{stderr}"
+    );
+    env.write_kit("plain", "schemaVersion: \"3\"\nkind: workload\n");
+    let plain = env.path("plain").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--fail-on-violation",
+            "--kit",
+            &plain,
+            "--",
+            "python3",
+            "shrug.py",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "", "{stderr}");
+    assert!(!stderr.contains("exec_not_granted"), "{stderr}");
+}
+
 /// A pack's read list (`dev.capgate/filesystem@1` `read`): the workspace shows only the
 /// listed paths (read-only) and the write places; everything else of it does not exist
 /// (ENOENT), its names never listed, beside the twin without the list, which sees it all.

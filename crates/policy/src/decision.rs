@@ -44,10 +44,13 @@ pub enum Reason {
     /// The client ended the TLS handshake with the certificate capgate made for the host:
     /// it does not trust capgate's CA, so nothing could be sent.
     CaNotTrusted,
+    /// A program the sandbox's exec allowlist does not grant was executed (the kernel
+    /// refused it with EACCES).
+    ExecNotGranted,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::AllowedByRule,
         Reason::DeniedByRule,
         Reason::NoMatchingAllow,
@@ -61,6 +64,7 @@ impl Reason {
         Reason::MalformedRequest,
         Reason::InternalError,
         Reason::CaNotTrusted,
+        Reason::ExecNotGranted,
     ];
 
     /// The stable snake_case code.
@@ -79,6 +83,7 @@ impl Reason {
             Reason::MalformedRequest => "malformed_request",
             Reason::InternalError => "internal_error",
             Reason::CaNotTrusted => "ca_not_trusted",
+            Reason::ExecNotGranted => "exec_not_granted",
         }
     }
 

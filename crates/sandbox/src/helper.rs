@@ -569,6 +569,7 @@ fn init_main(
     }
     let landlock = landlock.unwrap_or_default();
     warnings.append(&mut k.release_notes);
+    warnings.append(&mut k.warnings);
     warnings.extend(landlock_warnings(&landlock));
     let report = StartReport {
         landlock,
@@ -669,15 +670,20 @@ fn serve(
     };
     let mut running: Option<Pid> = None;
     loop {
-        let (ctl_ready, child_ready, dial_ready) = {
+        let (ctl_ready, child_ready, dial_ready, exec_ready) = {
             let mut fds = vec![
                 PollFd::new(ctl.as_fd(), PollFlags::POLLIN),
                 PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
                 PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
             ];
-            if let Some(d) = &dialer {
+            let exec_at = init.exec_watch.as_ref().map(|w| {
+                fds.push(PollFd::new(w.fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let dial_at = dialer.as_ref().map(|d| {
                 fds.push(PollFd::new(d.as_fd(), PollFlags::POLLIN));
-            }
+                fds.len() - 1
+            });
             match nix::poll::poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -691,9 +697,16 @@ fn serve(
             (
                 ready(&fds[0]),
                 ready(&fds[1]),
-                fds.get(3).is_some_and(ready),
+                dial_at.is_some_and(|i| ready(&fds[i])),
+                exec_at.is_some_and(|i| ready(&fds[i])),
             )
         };
+        if exec_ready
+            && let Some(w) = &init.exec_watch
+            && !report_exec(ctl.as_fd(), w)
+        {
+            sys::exit_immediately(0);
+        }
         if dial_ready
             && let Some(d) = &dialer
             && !dial(d.as_fd())
@@ -727,7 +740,7 @@ fn serve(
                     let reply = if running.is_some() {
                         Some(not_started(&cmd, "another command is still running"))
                     } else {
-                        match spawn(&cmd, base_env, init, fds) {
+                        match spawn(&cmd, base_env, init, fds, ctl.as_fd()) {
                             Ok(pid) => {
                                 running = Some(pid);
                                 None
@@ -749,6 +762,15 @@ fn serve(
     }
 }
 
+/// Answers one exec notification and sends the caller a refusal it found. `false` when the
+/// caller is gone.
+fn report_exec(ctl: BorrowedFd<'_>, watch: &crate::execwatch::ExecWatch) -> bool {
+    match watch.answer() {
+        Some(refusal) => proto::send(ctl, &Reply::ExecRefused(refusal), &[]).is_ok(),
+        None => true,
+    }
+}
+
 fn not_started(cmd: &WireCommand, message: &str) -> Reply {
     Reply::NotStarted {
         program: cmd.argv.first().cloned().unwrap_or_default(),
@@ -762,6 +784,7 @@ fn spawn(
     base_env: &[(String, String)],
     init: &Linux,
     fds: Vec<OwnedFd>,
+    ctl: BorrowedFd<'_>,
 ) -> Result<Pid, String> {
     if cmd.argv.is_empty() {
         return Err("empty command".into());
@@ -806,6 +829,29 @@ fn spawn(
         Forked::Parent(pid) => {
             drop(err_w);
             drop(stdio);
+            // The command's own exec waits for the init's answer under an exec allowlist:
+            // answered while waiting for the exec's outcome.
+            if let Some(w) = &init.exec_watch {
+                loop {
+                    let mut fds = [
+                        PollFd::new(err_r.as_fd(), PollFlags::POLLIN),
+                        PollFd::new(w.fd(), PollFlags::POLLIN),
+                    ];
+                    match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                        Ok(_) => {}
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Err(_) => break,
+                    }
+                    let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+                    let (outcome, exec) = (ready(&fds[0]), ready(&fds[1]));
+                    if exec && !report_exec(ctl, w) {
+                        sys::exit_immediately(0);
+                    }
+                    if outcome {
+                        break;
+                    }
+                }
+            }
             let mut message = String::new();
             let _ = err_r.read_to_string(&mut message);
             if message.is_empty() {

@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use crate::error::SandboxError;
 use crate::helper::CTL_FD;
 use crate::proto::{self, Reply, Request, WireCommand};
-use crate::report::StartReport;
+use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{HelperCommand, ListenerKind, RunCommand, SandboxSpec};
 use crate::sys;
 
@@ -177,7 +177,15 @@ pub struct Sandbox {
     helper: Option<Child>,
     report: StartReport,
     dialer: Option<Dialer>,
+    /// Execs the allowlist did not grant, as the init reported them (at most
+    /// [`MAX_EXEC_REFUSALS`]), and how many more there were.
+    exec_refusals: Vec<ExecRefusal>,
+    exec_refusals_dropped: u64,
 }
+
+/// The most exec refusals a sandbox keeps until they are taken; a workload that execs in a
+/// loop makes the rest a count.
+const MAX_EXEC_REFUSALS: usize = 4096;
 
 /// Makes sockets inside a sandbox's network namespace (asked for with
 /// [`SandboxSpec::dialer`]), for the host side of a published port: the sandbox's init
@@ -302,6 +310,8 @@ impl Sandbox {
             helper: Some(child),
             report: StartReport::default(),
             dialer: None,
+            exec_refusals: Vec::new(),
+            exec_refusals_dropped: 0,
         }))
     }
 
@@ -401,7 +411,20 @@ impl Sandbox {
             .map(Relay::started)
             .collect::<Result<_, _>>()?;
         sent.map_err(gone)?;
-        let reply = proto::recv::<Reply>(ctl).map_err(gone)?;
+        let (mut refused, mut dropped) = (Vec::new(), 0u64);
+        let room = MAX_EXEC_REFUSALS.saturating_sub(self.exec_refusals.len());
+        let reply = loop {
+            match proto::recv::<Reply>(ctl) {
+                Ok(Some((Reply::ExecRefused(refusal), _))) if refused.len() < room => {
+                    refused.push(refusal)
+                }
+                Ok(Some((Reply::ExecRefused(_), _))) => dropped += 1,
+                other => break other,
+            }
+        };
+        self.exec_refusals.append(&mut refused);
+        self.exec_refusals_dropped += dropped;
+        let reply = reply.map_err(gone)?;
         for relay in outputs {
             relay.finish();
         }
@@ -417,6 +440,15 @@ impl Sandbox {
                 name: self.name.clone(),
             }),
         }
+    }
+
+    /// The execs an exec allowlist did not grant since the last call (the sandbox's
+    /// [`SandboxSpec::exec_only`]), in order, and how many more were not kept.
+    pub fn take_exec_refusals(&mut self) -> (Vec<ExecRefusal>, u64) {
+        (
+            std::mem::take(&mut self.exec_refusals),
+            std::mem::take(&mut self.exec_refusals_dropped),
+        )
     }
 
     /// Kills everything inside and removes the cgroup. No process of the sandbox survives.

@@ -162,6 +162,11 @@ pub(crate) enum Effect {
     PrepareLandlock(LandlockRules),
     /// Keep only `permitted` (none effective, none inheritable).
     LimitCapabilities { permitted: Vec<caps::Capability> },
+    /// Under an exec allowlist: install the exec notifier (`seccomp::exec_notifier`) and
+    /// keep its listener, so the init sees its commands' execs (`execwatch`). Where the
+    /// kernel refuses it, the sandbox starts with a warning that exec refusals go
+    /// unrecorded.
+    WatchExecs,
     /// Install the seccomp programs.
     Seccomp,
     // ---- a command (a child of the init) ----

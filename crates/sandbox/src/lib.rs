@@ -34,6 +34,7 @@ mod cgroup;
 pub mod copyback;
 mod elf;
 mod error;
+mod execwatch;
 mod helper;
 mod host;
 mod idmap;
@@ -59,7 +60,7 @@ pub use host::{Dialer, Prepared, Sandbox, Stopper};
 pub use policy::shown_host_dirs;
 pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
 pub use remove::remove_tree;
-pub use report::{LandlockEnforcement, LandlockReport, StartReport};
+pub use report::{ExecRefusal, LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{
     AGENT_HOME, AGENT_ID, DEFAULT_PIDS, DEFAULT_TMPFS_SIZE, EtcFiles, HelperCommand, Limits,
     ListenerKind, ListenerSpec, OVERLAY_UPPER, RunCommand, SandboxSpec, User, VolumeMount,

@@ -39,6 +39,12 @@ pub(crate) struct Linux {
     /// The seccomp filters, compiled once by the init (with its Landlock ruleset) and
     /// inherited by each command.
     pub seccomp: Option<crate::seccomp::Programs>,
+    /// What an exec allowlist grants, canonical (made by `Effect::PrepareLandlock`).
+    pub exec_granted: Vec<PathBuf>,
+    /// The init's view of its commands' execs (`Effect::WatchExecs`).
+    pub exec_watch: Option<crate::execwatch::ExecWatch>,
+    /// What is weaker than asked, found while applying (for the start report).
+    pub warnings: Vec<String>,
 }
 
 impl Linux {
@@ -873,6 +879,10 @@ impl Kernel for Linux {
                 self.seccomp =
                     Some(crate::seccomp::compile(rules.exec_roots.is_some()).map_err(other)?);
                 let ruleset = build_landlock(rules)?;
+                self.exec_granted = exec_grants(rules.exec_roots.as_deref().unwrap_or_default())
+                    .iter()
+                    .filter_map(|p| std::fs::canonicalize(p).ok())
+                    .collect();
                 let report = probe_landlock(&ruleset)?;
                 self.landlock = Some(ruleset);
                 return Ok(Applied::Landlock(report));
@@ -889,6 +899,20 @@ impl Kernel for Linux {
                 caps::clear(None, CapSet::Effective).map_err(caps_err)?;
                 caps::clear(None, CapSet::Inheritable).map_err(caps_err)?;
                 caps::set(None, CapSet::Permitted, &keep).map_err(caps_err)?;
+            }
+            Effect::WatchExecs => {
+                match sys::install_listener(&crate::seccomp::exec_notifier()) {
+                    Ok(listener) => {
+                        self.exec_watch = Some(crate::execwatch::ExecWatch::new(
+                            listener,
+                            std::mem::take(&mut self.exec_granted),
+                        ));
+                    }
+                    // Landlock still refuses; only the record is missing, and said so.
+                    Err(e) => self.warnings.push(format!(
+                        "refused execs are not recorded: this kernel refuses a seccomp user notification listener ({e}; Linux 5.5 or later is needed, and none may be installed already by a sandbox capgate runs in)"
+                    )),
+                }
             }
             Effect::Seccomp => {
                 let programs = self.seccomp.as_ref().ok_or_else(|| {

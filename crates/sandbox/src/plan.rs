@@ -818,12 +818,16 @@ pub(crate) fn init_effects(
     out.push((h, Effect::ClearAmbient));
     out.push((h, Effect::NoNewPrivs));
     out.push((h, Effect::PrepareLandlock(landlock_rules(spec))));
-    out.push((
-        h,
-        Effect::LimitCapabilities {
-            permitted: vec![caps::Capability::CAP_SETUID, caps::Capability::CAP_SETGID],
-        },
-    ));
+    // Under an exec allowlist the init reads each exec's program name from the command
+    // (another user): what that needs stays permitted (`execwatch`).
+    let mut permitted = vec![caps::Capability::CAP_SETUID, caps::Capability::CAP_SETGID];
+    if spec.exec_only.is_some() {
+        permitted.extend(crate::execwatch::READ_CAPS);
+    }
+    out.push((h, Effect::LimitCapabilities { permitted }));
+    if spec.exec_only.is_some() {
+        out.push((h, Effect::WatchExecs));
+    }
     out.push((h, Effect::Seccomp));
     out
 }
@@ -1453,6 +1457,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Under an exec allowlist the init watches execs: it keeps what reading a command
+    /// needs permitted (not effective: `LimitCapabilities` empties that set) and installs
+    /// the notifier after that and before its own seccomp programs, so every command it
+    /// forks inherits both filters. Without a list, neither.
+    #[test]
+    fn the_init_watches_execs_under_an_exec_allowlist_only() {
+        let effects = |s: &SandboxSpec| -> Vec<Effect> {
+            init_effects(s, &host(), Path::new("/state/box/root"), (&[], false))
+                .into_iter()
+                .map(|(_, e)| e)
+                .collect()
+        };
+        let permitted = |fx: &[Effect]| {
+            fx.iter()
+                .find_map(|e| match e {
+                    Effect::LimitCapabilities { permitted } => Some(permitted.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let mut s = spec(WorkspaceMode::Copy);
+        let fx = effects(&s);
+        assert!(!fx.contains(&Effect::WatchExecs));
+        assert_eq!(
+            permitted(&fx),
+            [caps::Capability::CAP_SETUID, caps::Capability::CAP_SETGID]
+        );
+        s.exec_only = Some(vec!["/usr/bin/python3".into()]);
+        let fx = effects(&s);
+        let limit = position(&fx, |e| matches!(e, Effect::LimitCapabilities { .. }));
+        let watch = position(&fx, |e| *e == Effect::WatchExecs);
+        let seccomp = position(&fx, |e| *e == Effect::Seccomp);
+        assert!(limit < watch && watch < seccomp, "{fx:#?}");
+        let p = permitted(&fx);
+        assert!(
+            crate::execwatch::READ_CAPS.iter().all(|c| p.contains(c)),
+            "{p:?}"
+        );
+        assert_eq!(p.len(), 4, "{p:?}");
     }
 
     #[test]

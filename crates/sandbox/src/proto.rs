@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::RemoteError;
-use crate::report::StartReport;
+use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{ListenerKind, SandboxSpec, User};
 
 /// Version of this protocol; the helper refuses a caller of another version.
@@ -60,6 +60,9 @@ pub(crate) enum Reply {
     Exited { status: i32 },
     /// The command could not be started.
     NotStarted { program: String, message: String },
+    /// A command executed (or tried to) a program the exec allowlist does not grant; sent
+    /// as it happens, before the command's `Exited`.
+    ExecRefused(ExecRefusal),
 }
 
 /// Caller → init on the dialer channel: make a socket inside the network namespace.

@@ -33,6 +33,18 @@ pub struct LandlockReport {
     pub no_new_privs: bool,
 }
 
+/// An `execve` the exec allowlist does not grant, seen by the init (Landlock refused it
+/// with EACCES, unless the file changed in between).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRefusal {
+    /// The program as the workload named it.
+    pub program: String,
+    /// The file that name led to (canonical, in the sandbox).
+    pub resolved: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
 /// What `Sandbox::start` established.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StartReport {

@@ -515,23 +515,52 @@ fn compile_list(list: &[Deny], errno: i32) -> Result<BpfProgram, String> {
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
+// Classic BPF, for the programs written by hand below.
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+#[cfg(target_arch = "x86_64")]
+const JGE_K: u16 = 0x35;
+const RET_K: u16 = 0x06;
+
+fn op(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// The audit architecture of the running build (`AUDIT_ARCH_*`).
+const NATIVE_AUDIT_ARCH: u32 = if cfg!(target_arch = "x86_64") {
+    0xc000_003e
+} else {
+    0xc000_00b7 // aarch64
+};
+
 /// x86_64 only: syscall numbers with the x32 bit (`__X32_SYSCALL_BIT`) return `ENOSYS`.
 #[cfg(target_arch = "x86_64")]
 fn x32_guard() -> BpfProgram {
-    const LD_W_ABS: u16 = 0x20;
-    const JEQ_K: u16 = 0x15;
-    const JGE_K: u16 = 0x35;
-    const RET_K: u16 = 0x06;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     vec![
         op(LD_W_ABS, 0, 0, 4),              // A = arch
-        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64), // not x86_64: allow (program 1 kills it)
+        op(JEQ_K, 0, 3, NATIVE_AUDIT_ARCH), // not x86_64: allow (program 1 kills it)
         op(LD_W_ABS, 0, 0, 0),              // A = nr
         op(JGE_K, 0, 1, X32_SYSCALL_BIT),   // x32 syscall?
         op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// Under an exec allowlist: a program that hands every `execve` and `execveat` (native
+/// numbers) to the init as a user notification, which records one the allowlist does not
+/// grant and lets the kernel go on (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`): Landlock alone
+/// refuses, this only observes. Everything else is allowed here; the other programs judge
+/// it (another architecture is killed, an x32 number refused, before this one matters).
+pub(crate) fn exec_notifier() -> BpfProgram {
+    vec![
+        op(LD_W_ABS, 0, 0, 4),                      // A = arch
+        op(JEQ_K, 0, 3, NATIVE_AUDIT_ARCH),         // another arch: allow
+        op(LD_W_ABS, 0, 0, 0),                      // A = nr
+        op(JEQ_K, 2, 0, libc::SYS_execve as u32),   // execve: notify
+        op(JEQ_K, 1, 0, libc::SYS_execveat as u32), // execveat: notify
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
     ]
 }
 
@@ -648,6 +677,27 @@ pub(crate) mod tests {
             .map(|p| run(p, &data(nr, arch, args)))
             .max_by_key(|&v| rank(v))
             .unwrap()
+    }
+
+    /// The notifier hands the native `execve` and `execveat` to the init, and nothing
+    /// else: not their neighbours, not the same numbers of another architecture.
+    #[test]
+    fn the_exec_notifier_notifies_native_execs_only() {
+        let notifier = exec_notifier();
+        let on = |nr: i64, arch: u32| run(&notifier, &data(nr, arch, [0; 6]));
+        const NOTIFY: u32 = 0x7fc0_0000;
+        for nr in [libc::SYS_execve, libc::SYS_execveat] {
+            assert_eq!(on(nr, native_arch()), NOTIFY, "{nr}");
+            assert_eq!(on(nr, 0x4000_0003), ALLOW, "{nr} of i386");
+            for n in [nr - 1, nr + 1] {
+                if ![libc::SYS_execve, libc::SYS_execveat].contains(&n) {
+                    assert_eq!(on(n, native_arch()), ALLOW, "neighbour {n}");
+                }
+            }
+        }
+        for nr in [libc::SYS_openat, libc::SYS_clone, libc::SYS_read, 0] {
+            assert_eq!(on(nr, native_arch()), ALLOW, "{nr}");
+        }
     }
 
     const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;

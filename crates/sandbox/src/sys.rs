@@ -248,6 +248,102 @@ pub(crate) fn landlock_abi() -> i32 {
     i32::try_from(ret).unwrap_or(0).max(0)
 }
 
+/// Installs `program` as a seccomp filter of this process (and of every child it forks
+/// from now on) with `SECCOMP_FILTER_FLAG_NEW_LISTENER`: its user notifications arrive on
+/// the returned descriptor (close-on-exec). `no_new_privs` must be set.
+pub(crate) fn install_listener(program: &[seccompiler::sock_filter]) -> io::Result<OwnedFd> {
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp program too long"))?;
+    let prog = libc::sock_fprog {
+        len,
+        // seccompiler's `sock_filter` is the kernel's `struct sock_filter` (`repr(C)`: u16,
+        // u8, u8, u32), like libc's.
+        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+    };
+    // SAFETY: `prog` points at `len` instructions of the kernel's layout that outlive the
+    // call (the kernel copies them); no other memory is read. The returned descriptor is new and owned by no one
+    // else.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &raw const prog,
+        )
+    })?;
+    let fd =
+        RawFd::try_from(fd).map_err(|_| io::Error::other("seccomp: descriptor out of range"))?;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// One user notification: a process of the sandbox waits in this syscall.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Notice {
+    pub id: u64,
+    /// The waiting thread, in the listener's pid namespace.
+    pub pid: u32,
+    pub nr: i64,
+    pub args: [u64; 6],
+}
+
+/// Takes the next notification (`SECCOMP_IOCTL_NOTIF_RECV`); blocks when none is pending.
+/// `ENOENT`: the process it was for is gone.
+pub(crate) fn receive_notice(listener: BorrowedFd<'_>) -> io::Result<Notice> {
+    // SAFETY: all-zero is a valid `seccomp_notif` (plain integers), and the kernel requires
+    // the structure zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctl writes one `seccomp_notif` into `n`, which lives across the call.
+    let ret = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_RECV,
+            &raw mut n,
+        )
+    };
+    check(libc::c_long::from(ret))?;
+    Ok(Notice {
+        id: n.id,
+        pid: n.pid,
+        nr: i64::from(n.data.nr),
+        args: n.data.args,
+    })
+}
+
+/// Whether the notification `id` still waits (`SECCOMP_IOCTL_NOTIF_ID_VALID`): checked after
+/// reading the process's memory, so a pid reused meanwhile is never mistaken for it.
+pub(crate) fn notice_pending(listener: BorrowedFd<'_>, id: u64) -> bool {
+    // SAFETY: the ioctl reads one u64 from `id`, which lives across the call.
+    let ret = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+            &raw const id,
+        )
+    };
+    ret == 0
+}
+
+/// Lets the waiting syscall go on as if no filter had noticed it
+/// (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`, Linux 5.5): the kernel, Landlock included, decides.
+pub(crate) fn continue_notice(listener: BorrowedFd<'_>, id: u64) -> io::Result<()> {
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+    };
+    // SAFETY: the ioctl reads one `seccomp_notif_resp` from `resp`, which lives across it.
+    let ret = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND,
+            &raw mut resp,
+        )
+    };
+    check(libc::c_long::from(ret)).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]

@@ -269,3 +269,102 @@ fn exit_statuses_and_start_failures_are_forwarded() {
     assert!(sh(&mut b.sandbox, "true").ok());
     b.sandbox.stop().unwrap();
 }
+
+/// Under an exec allowlist, every exec the list does not grant reaches the caller as it
+/// happens (refused by Landlock all the same), named as the workload named it and as the
+/// file it led to; execs of listed programs, of missing files and of a directory do not,
+/// nor does anything in the twin without a list. The init reads the name from a command
+/// of another user (the agent), resolves it in the command's own working directory,
+/// through links and `..`, and through `execveat` too; a name through `/proc/self` (which
+/// would be the init's own there) is not judged, so python re-running itself is no
+/// violation.
+#[test]
+fn execs_the_allowlist_does_not_grant_are_reported_and_the_granted_ones_are_not() {
+    let probe = r#"
+import errno, os, subprocess
+def run(argv, **kw):
+    try:
+        subprocess.run(argv, check=True, **kw)
+        return "ran"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("true", run(["/bin/true"]))
+print("python", run(["/usr/bin/python3", "-c", "pass"]))
+print("missing", run(["/no/such/program"]))
+print("dir", run(["/usr/bin"]))
+print("relative", run(["./bin/true"], cwd="/usr"))
+os.symlink("/bin/true", "/tmp/link")
+print("link", run(["/tmp/link"]))
+print("dots", run(["/usr/bin/../bin/python3", "-c", "pass"]))
+print("self", run(["/proc/self/exe", "-c", "pass"]))
+fd = os.open("/usr/bin", os.O_PATH)
+def at():
+    try:
+        os.execve("env", ["env"], {}, dir_fd=fd) if os.fork() == 0 else os.wait()
+    except OSError as e:
+        print("at", errno.errorcode[e.errno]); os._exit(0)
+try:
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:
+        libc.syscall(322, fd, b"env", (__import__("ctypes").c_char_p * 2)(b"env", None), None, 0)
+        os._exit(__import__("ctypes").get_errno())
+    print("at", errno.errorcode[os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])])
+except Exception as e:
+    print("at", e)
+"#;
+    let mut s = setup("exec-watch", WorkspaceMode::Copy);
+    s.spec.exec_only = Some(vec!["/usr/bin/python3".into()]);
+    let mut b = start(&s.spec);
+    let out = py(&mut b.sandbox, probe);
+    assert!(out.ok(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "true EACCES",
+            "python ran",
+            "missing ENOENT",
+            "dir EACCES",
+            "relative EACCES",
+            "link EACCES",
+            "dots ran",
+            "self ran",
+            "at EACCES"
+        ],
+        "{out:?}"
+    );
+    let (refused, dropped) = b.sandbox.take_exec_refusals();
+    assert_eq!(dropped, 0);
+    let seen: Vec<(&str, &str)> = refused
+        .iter()
+        .map(|r| (r.program.as_str(), r.resolved.as_str()))
+        .collect();
+    let true_at = std::fs::canonicalize("/bin/true").unwrap();
+    let env_at = std::fs::canonicalize("/usr/bin/env").unwrap();
+    assert_eq!(
+        seen,
+        [
+            ("/bin/true", true_at.to_str().unwrap()),
+            ("./bin/true", true_at.to_str().unwrap()),
+            ("/tmp/link", true_at.to_str().unwrap()),
+            ("env", env_at.to_str().unwrap())
+        ],
+        "{refused:?}"
+    );
+    assert!(refused.iter().all(|r| r.at_unix_ms > 0));
+    // Taken once.
+    assert_eq!(b.sandbox.take_exec_refusals(), (Vec::new(), 0));
+    b.sandbox.stop().unwrap();
+
+    // The twin without an allowlist: everything runs, nothing is reported.
+    let s = setup("exec-free", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let out = py(
+        &mut b.sandbox,
+        "import subprocess; subprocess.run(['/bin/true'], check=True); print('ran')",
+    );
+    assert_eq!(out.stdout, "ran\n", "{out:?}");
+    assert_eq!(b.sandbox.take_exec_refusals(), (Vec::new(), 0));
+    b.sandbox.stop().unwrap();
+}

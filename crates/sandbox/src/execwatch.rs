@@ -1,0 +1,271 @@
+//! Under an exec allowlist (a pack's `dev.capgate/exec@1`), the init sees every `execve`
+//! and `execveat` of the sandbox's commands and reports the ones the allowlist does not
+//! grant, so that a refused exec is a recorded capability violation like a refused request.
+//!
+//! It only observes. A seccomp filter installed by the init before its commands exist
+//! (inherited by all of them) hands each exec to the init as a user notification; the init
+//! reads the program's name from the waiting process, resolves it as that process would,
+//! and answers "go on" (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`) whatever it found. Landlock
+//! alone refuses, as before. So a name this module resolves otherwise than the kernel
+//! (a link swapped in between, a path through `/proc/self`, which the init would read as
+//! its own) can at worst cost a record, never an exec, and never grant one. Names it
+//! cannot resolve (missing files, magic links) are not reported: the kernel answers those
+//! with ENOENT or on its own.
+//!
+//! Reading a command's memory and descriptors (`/proc/PID/mem`, `/proc/PID/fd`) needs
+//! `CAP_SYS_PTRACE` and, for files of the agent's (0600, 0500), `CAP_DAC_READ_SEARCH`: the
+//! commands run as another user than the init, whose seccomp filter refuses
+//! `process_vm_readv`. The init keeps both permitted under an allowlist (in the sandbox's
+//! user namespace, so over nothing but the sandbox) and raises them only while it reads.
+
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::report::ExecRefusal;
+use crate::sys::{self, Notice};
+
+/// The longest program name read from a process (`PATH_MAX`).
+const MAX_NAME: usize = 4096;
+
+/// The init's side of the notifier.
+#[derive(Debug)]
+pub(crate) struct ExecWatch {
+    listener: OwnedFd,
+    /// What the allowlist grants, as canonical sandbox paths: files, and directories
+    /// granting everything beneath them.
+    granted: Vec<PathBuf>,
+}
+
+impl ExecWatch {
+    pub(crate) fn new(listener: OwnedFd, granted: Vec<PathBuf>) -> ExecWatch {
+        ExecWatch { listener, granted }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+
+    /// Takes one pending notification and lets its exec go on; the refusal to report when
+    /// the program it names exists and is not granted. Call when the listener is readable.
+    pub(crate) fn answer(&self) -> Option<ExecRefusal> {
+        let notice = sys::receive_notice(self.fd()).ok()?;
+        let seen = with_ptrace(|| self.judge(&notice));
+        // Whatever was found: the kernel decides. An error here (the process is gone) needs
+        // no answer.
+        let _ = sys::continue_notice(self.fd(), notice.id);
+        seen
+    }
+
+    fn judge(&self, notice: &Notice) -> Option<ExecRefusal> {
+        let (dirfd, name_at, flags) = match notice.nr {
+            nr if nr == libc::SYS_execve => (libc::AT_FDCWD, notice.args[0], 0),
+            nr if nr == libc::SYS_execveat => (
+                // The kernel reads these as int: compared on the low 32 bits.
+                notice.args[0] as u32 as i32,
+                notice.args[1],
+                notice.args[4] as u32 as i32,
+            ),
+            _ => return None,
+        };
+        let name = read_name(notice.pid, name_at).ok()?;
+        // The pid was read while the process waited in this very exec, not a later one.
+        if !sys::notice_pending(self.fd(), notice.id) {
+            return None;
+        }
+        let resolved = resolve(notice.pid, dirfd, &name, flags).ok()?;
+        if is_granted(&resolved, &self.granted) {
+            return None;
+        }
+        Some(ExecRefusal {
+            program: String::from_utf8_lossy(&name).into_owned(),
+            resolved: resolved.to_string_lossy().into_owned(),
+            at_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+        })
+    }
+}
+
+/// The capabilities the init raises while it reads a command (see the module's text).
+pub(crate) const READ_CAPS: [caps::Capability; 2] = [
+    caps::Capability::CAP_SYS_PTRACE,
+    caps::Capability::CAP_DAC_READ_SEARCH,
+];
+
+/// `f` with [`READ_CAPS`] effective (from the init's permitted set), lowered after.
+fn with_ptrace<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
+    use caps::CapSet;
+    let lower = || {
+        for cap in READ_CAPS {
+            let _ = caps::drop(None, CapSet::Effective, cap);
+        }
+    };
+    for cap in READ_CAPS {
+        if caps::raise(None, CapSet::Effective, cap).is_err() {
+            lower();
+            return None;
+        }
+    }
+    let out = f();
+    lower();
+    out
+}
+
+/// The NUL-terminated name at `addr` in process `pid`, read page by page (a name that ends
+/// before an unmapped page is whole).
+fn read_name(pid: u32, addr: u64) -> io::Result<Vec<u8>> {
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < MAX_NAME {
+        let to_page_end = 4096 - (at % 4096) as usize;
+        let mut buf = vec![0u8; to_page_end.min(MAX_NAME - out.len())];
+        std::io::Seek::seek(&mut mem, std::io::SeekFrom::Start(at))?;
+        let n = mem.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+        at += n as u64;
+    }
+    Err(io::Error::other("program name unterminated"))
+}
+
+/// Most symbolic links followed in one name (the kernel's own bound).
+const MAX_LINKS: usize = 40;
+
+/// The canonical path of the file process `pid` names for exec: resolved from its root,
+/// its working directory or `dirfd`, one component at a time, each link followed here.
+/// Nothing resolves through procfs (`/proc/self` there would be the init's): such a name,
+/// like a missing file or one that is not a regular file, is not judged.
+fn resolve(pid: u32, dirfd: i32, name: &[u8], flags: i32) -> io::Result<PathBuf> {
+    let open_proc = |what: String| {
+        rustix::fs::open(what, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+            .map_err(io::Error::from)
+    };
+    let not_judged = || io::Error::from(io::ErrorKind::Unsupported);
+    let file = if name.is_empty() {
+        // execveat(fd, "", AT_EMPTY_PATH): the descriptor itself.
+        if flags & libc::AT_EMPTY_PATH == 0 {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        open_proc(format!("/proc/{pid}/fd/{dirfd}"))?
+    } else {
+        let root = open_proc(format!("/proc/{pid}/root"))?;
+        let base = if name.first() == Some(&b'/') {
+            root.try_clone()?
+        } else if dirfd == libc::AT_FDCWD {
+            open_proc(format!("/proc/{pid}/cwd"))?
+        } else {
+            open_proc(format!("/proc/{pid}/fd/{dirfd}"))?
+        };
+        walk(&root, base, name, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?
+    };
+    if is_proc(&file)? {
+        return Err(not_judged());
+    }
+    let stat = rustix::fs::fstat(&file)?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        // A directory or a device: the kernel refuses it (EACCES) whatever is granted.
+        return Err(not_judged());
+    }
+    std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&file)
+    ))
+}
+
+fn is_proc(fd: &OwnedFd) -> io::Result<bool> {
+    Ok(rustix::fs::fstatfs(fd)?.f_type == rustix::fs::PROC_SUPER_MAGIC)
+}
+
+/// Opens `name` (`O_PATH`) beneath `base`, `/` being `root`, following links itself (the
+/// last one only if `follow_last`), never through procfs.
+fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Result<OwnedFd> {
+    let mut todo: std::collections::VecDeque<Vec<u8>> = split(name);
+    let mut cur = if name.first() == Some(&b'/') {
+        root.try_clone()?
+    } else {
+        base
+    };
+    let mut links = 0;
+    while let Some(part) = todo.pop_front() {
+        if is_proc(&cur)? {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        if part.is_empty() || part == b"." {
+            continue;
+        }
+        let next = rustix::fs::openat(
+            &cur,
+            std::ffi::OsStr::from_bytes(&part),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let stat = rustix::fs::fstat(&next)?;
+        let is_link =
+            rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink;
+        if is_link && (follow_last || !todo.is_empty()) {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            let target = rustix::fs::readlinkat(&next, "", Vec::new())?.into_bytes();
+            if target.first() == Some(&b'/') {
+                cur = root.try_clone()?;
+            }
+            for p in split(&target).into_iter().rev() {
+                todo.push_front(p);
+            }
+            continue;
+        }
+        cur = next;
+    }
+    Ok(cur)
+}
+
+/// The components of a name (empty ones and `.` included; the walk skips them).
+fn split(name: &[u8]) -> std::collections::VecDeque<Vec<u8>> {
+    name.split(|&b| b == b'/').map(<[u8]>::to_vec).collect()
+}
+
+/// Whether `path` (canonical) is a granted file or lies beneath a granted directory.
+pub(crate) fn is_granted(path: &Path, granted: &[PathBuf]) -> bool {
+    granted.iter().any(|g| path.starts_with(g))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn a_program_is_granted_as_itself_or_beneath_a_granted_directory_only() {
+        let granted = [
+            PathBuf::from("/usr/bin/python3.11"),
+            PathBuf::from("/opt/tool"),
+        ];
+        for ok in ["/usr/bin/python3.11", "/opt/tool/bin/run", "/opt/tool"] {
+            assert!(is_granted(Path::new(ok), &granted), "{ok}");
+        }
+        for refused in [
+            "/usr/bin/python3",
+            "/usr/bin/python3.11x",
+            "/usr/bin/sh",
+            "/opt/toolbox/run",
+            "/opt",
+            "/tmp/python3.11",
+        ] {
+            assert!(!is_granted(Path::new(refused), &granted), "{refused}");
+        }
+    }
+}
