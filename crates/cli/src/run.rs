@@ -927,7 +927,12 @@ fn run_provisioned(
             }
         }
     }
-    record_exec_refusals(&mut sandbox, audit.as_deref(), name, Phase::Install);
+    record_exec_refusals(
+        sandbox.take_exec_refusals(),
+        audit.as_deref(),
+        name,
+        Phase::Install,
+    );
     phase.set(Phase::Runtime);
     if code == exit::OK {
         code = run_workload(
@@ -938,10 +943,12 @@ fn run_provisioned(
             interrupt,
         );
     }
-    record_exec_refusals(&mut sandbox, audit.as_deref(), name, Phase::Runtime);
     // From here the helper's pid is reaped: no signal may use it any more.
     interrupt.disarm();
-    let _ = sandbox.stop();
+    // With what was refused until the sandbox stopped: a process the workload left behind
+    // may exec after it.
+    let (_, refused, dropped) = sandbox.stop_taking_exec_refusals();
+    record_exec_refusals((refused, dropped), audit.as_deref(), name, Phase::Runtime);
     runtime.shutdown_background();
     if args.copy_back {
         let upper = spec.state_dir.join(capgate_sandbox::OVERLAY_UPPER);
@@ -1353,17 +1360,16 @@ fn plural_requests(n: u64) -> String {
 /// The host of an exec refusal's audit event (port 0).
 pub const EXEC_AUDIT_HOST: &str = "exec";
 
-/// Records the execs the sandbox's exec allowlist refused since the last call (in `phase`)
-/// in the audit log, beside the gateway's refusals: host [`EXEC_AUDIT_HOST`], port 0,
-/// method `execve`, the file as the path. Refusals the sandbox could not keep are one
-/// `limit_exceeded` event that counts them.
+/// Records the execs the sandbox's exec allowlist refused (in `phase`; and how many more
+/// the sandbox did not keep) in the audit log, beside the gateway's refusals: host
+/// [`EXEC_AUDIT_HOST`], port 0, method `execve`, the file as the path. Refusals the sandbox
+/// could not keep are one `limit_exceeded` event that counts them.
 fn record_exec_refusals(
-    sandbox: &mut capgate_sandbox::Sandbox,
+    (refused, dropped): (Vec<capgate_sandbox::ExecRefusal>, u64),
     audit: Option<&capgate_policy::audit::AuditWriter>,
     name: &str,
     phase: Phase,
 ) {
-    let (refused, dropped) = sandbox.take_exec_refusals();
     let Some(audit) = audit else {
         return;
     };

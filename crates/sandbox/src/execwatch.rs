@@ -38,11 +38,25 @@ pub(crate) struct ExecWatch {
     /// What the allowlist grants, as canonical sandbox paths: files, and directories
     /// granting everything beneath them.
     granted: Vec<PathBuf>,
+    /// The granted files' device and inode numbers: Landlock grants a file as its inode,
+    /// so a hard link to it elsewhere runs too.
+    granted_files: Vec<(u64, u64)>,
 }
 
 impl ExecWatch {
     pub(crate) fn new(listener: OwnedFd, granted: Vec<PathBuf>) -> ExecWatch {
-        ExecWatch { listener, granted }
+        use std::os::unix::fs::MetadataExt as _;
+        let granted_files = granted
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| (m.dev(), m.ino()))
+            .collect();
+        ExecWatch {
+            listener,
+            granted,
+            granted_files,
+        }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
@@ -71,13 +85,25 @@ impl ExecWatch {
             ),
             _ => return None,
         };
-        let name = read_name(notice.pid, name_at).ok()?;
-        // The pid was read while the process waited in this very exec, not a later one.
+        // The process's directory, opened before the notice is checked: if the notice is
+        // still pending then, the directory is that process's, not one of a process that
+        // reused its pid, and whatever is opened beneath it is its.
+        let proc_dir = rustix::fs::open(
+            format!("/proc/{}", notice.pid),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
         if !sys::notice_pending(self.fd(), notice.id) {
             return None;
         }
-        let resolved = resolve(notice.pid, dirfd, &name, flags).ok()?;
-        if is_granted(&resolved, &self.granted) {
+        let name = read_name(&proc_dir, name_at).ok()?;
+        // A name ending in `/` names a directory: a file there fails with ENOTDIR.
+        if name.last() == Some(&b'/') {
+            return None;
+        }
+        let (resolved, id) = resolve(&proc_dir, dirfd, &name, flags).ok()?;
+        if is_granted(&resolved, &self.granted) || self.granted_files.contains(&id) {
             return None;
         }
         Some(ExecRefusal {
@@ -116,10 +142,16 @@ fn with_ptrace<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
     out
 }
 
-/// The NUL-terminated name at `addr` in process `pid`, read page by page (a name that ends
-/// before an unmapped page is whole).
-fn read_name(pid: u32, addr: u64) -> io::Result<Vec<u8>> {
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+/// Opens `what` beneath a process's `/proc/PID` directory.
+fn open_in(proc_dir: &OwnedFd, what: &str, flags: OFlags) -> io::Result<OwnedFd> {
+    rustix::fs::openat(proc_dir, what, flags | OFlags::CLOEXEC, Mode::empty())
+        .map_err(io::Error::from)
+}
+
+/// The NUL-terminated name at `addr` in the process of `proc_dir`, read page by page (a
+/// name that ends before an unmapped page is whole).
+fn read_name(proc_dir: &OwnedFd, addr: u64) -> io::Result<Vec<u8>> {
+    let mut mem = std::fs::File::from(open_in(proc_dir, "mem", OFlags::RDONLY)?);
     let mut out = Vec::new();
     let mut at = addr;
     while out.len() < MAX_NAME {
@@ -143,30 +175,32 @@ fn read_name(pid: u32, addr: u64) -> io::Result<Vec<u8>> {
 /// Most symbolic links followed in one name (the kernel's own bound).
 const MAX_LINKS: usize = 40;
 
-/// The canonical path of the file process `pid` names for exec: resolved from its root,
-/// its working directory or `dirfd`, one component at a time, each link followed here.
-/// Nothing resolves through procfs (`/proc/self` there would be the init's): such a name,
-/// like a missing file or one that is not a regular file, is not judged.
-fn resolve(pid: u32, dirfd: i32, name: &[u8], flags: i32) -> io::Result<PathBuf> {
-    let open_proc = |what: String| {
-        rustix::fs::open(what, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-            .map_err(io::Error::from)
-    };
+/// The canonical path, device and inode of the file the process of `proc_dir` names for
+/// exec: resolved from its root, its working directory or `dirfd`, one component at a
+/// time, each link followed here. Nothing resolves through procfs (`/proc/self` there
+/// would be the init's): such a name, like a missing file or one that is not a regular
+/// file, is not judged.
+fn resolve(
+    proc_dir: &OwnedFd,
+    dirfd: i32,
+    name: &[u8],
+    flags: i32,
+) -> io::Result<(PathBuf, (u64, u64))> {
     let not_judged = || io::Error::from(io::ErrorKind::Unsupported);
     let file = if name.is_empty() {
         // execveat(fd, "", AT_EMPTY_PATH): the descriptor itself.
         if flags & libc::AT_EMPTY_PATH == 0 {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
-        open_proc(format!("/proc/{pid}/fd/{dirfd}"))?
+        open_in(proc_dir, &format!("fd/{dirfd}"), OFlags::PATH)?
     } else {
-        let root = open_proc(format!("/proc/{pid}/root"))?;
+        let root = open_in(proc_dir, "root", OFlags::PATH)?;
         let base = if name.first() == Some(&b'/') {
             root.try_clone()?
         } else if dirfd == libc::AT_FDCWD {
-            open_proc(format!("/proc/{pid}/cwd"))?
+            open_in(proc_dir, "cwd", OFlags::PATH)?
         } else {
-            open_proc(format!("/proc/{pid}/fd/{dirfd}"))?
+            open_in(proc_dir, &format!("fd/{dirfd}"), OFlags::PATH)?
         };
         walk(&root, base, name, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?
     };
@@ -178,10 +212,11 @@ fn resolve(pid: u32, dirfd: i32, name: &[u8], flags: i32) -> io::Result<PathBuf>
         // A directory or a device: the kernel refuses it (EACCES) whatever is granted.
         return Err(not_judged());
     }
-    std::fs::read_link(format!(
+    let path = std::fs::read_link(format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&file)
-    ))
+    ))?;
+    Ok((path, (stat.st_dev, stat.st_ino)))
 }
 
 fn is_proc(fd: &OwnedFd) -> io::Result<bool> {
@@ -191,17 +226,23 @@ fn is_proc(fd: &OwnedFd) -> io::Result<bool> {
 /// Opens `name` (`O_PATH`) beneath `base`, `/` being `root`, following links itself (the
 /// last one only if `follow_last`), never through procfs.
 fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Result<OwnedFd> {
+    // A directory's filesystem is looked at (`fstatfs`) only where the device changes.
+    let device = |fd: &OwnedFd| -> io::Result<u64> {
+        if is_proc(fd)? {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        Ok(rustix::fs::fstat(fd)?.st_dev)
+    };
+    let root_dev = device(root)?;
     let mut todo: std::collections::VecDeque<Vec<u8>> = split(name);
-    let mut cur = if name.first() == Some(&b'/') {
-        root.try_clone()?
+    let (mut cur, mut cur_dev) = if name.first() == Some(&b'/') {
+        (root.try_clone()?, root_dev)
     } else {
-        base
+        let dev = device(&base)?;
+        (base, dev)
     };
     let mut links = 0;
     while let Some(part) = todo.pop_front() {
-        if is_proc(&cur)? {
-            return Err(io::Error::from(io::ErrorKind::Unsupported));
-        }
         if part.is_empty() || part == b"." {
             continue;
         }
@@ -212,6 +253,9 @@ fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Re
             Mode::empty(),
         )?;
         let stat = rustix::fs::fstat(&next)?;
+        if stat.st_dev != cur_dev && is_proc(&next)? {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
         let is_link =
             rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink;
         if is_link && (follow_last || !todo.is_empty()) {
@@ -221,14 +265,14 @@ fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Re
             }
             let target = rustix::fs::readlinkat(&next, "", Vec::new())?.into_bytes();
             if target.first() == Some(&b'/') {
-                cur = root.try_clone()?;
+                (cur, cur_dev) = (root.try_clone()?, root_dev);
             }
             for p in split(&target).into_iter().rev() {
                 todo.push_front(p);
             }
             continue;
         }
-        cur = next;
+        (cur, cur_dev) = (next, stat.st_dev);
     }
     Ok(cur)
 }

@@ -754,7 +754,15 @@ fn serve(
                         sys::exit_immediately(0);
                     }
                 }
-                // Stop, end of stream (the caller is gone) or garbage: pid 1 exits and the
+                // Stop: the execs waiting are answered (and the refused ones reported)
+                // first, as the caller reads on until the stream ends.
+                Ok(Some((Request::Stop, _))) => {
+                    if let Some(w) = &init.exec_watch {
+                        answer_pending_execs(ctl.as_fd(), w);
+                    }
+                    sys::exit_immediately(0)
+                }
+                // End of stream (the caller is gone) or garbage: pid 1 exits and the
                 // kernel kills every process of the namespace.
                 _ => sys::exit_immediately(0),
             }
@@ -768,6 +776,21 @@ fn report_exec(ctl: BorrowedFd<'_>, watch: &crate::execwatch::ExecWatch) -> bool
     match watch.answer() {
         Some(refusal) => proto::send(ctl, &Reply::ExecRefused(refusal), &[]).is_ok(),
         None => true,
+    }
+}
+
+/// Most exec notifications answered at the stop: a workload that execs in a loop does not
+/// hold the stop up.
+const MAX_ANSWERED_AT_STOP: usize = 4096;
+
+/// Answers the exec notifications pending now (none waited for), reporting refusals.
+fn answer_pending_execs(ctl: BorrowedFd<'_>, watch: &crate::execwatch::ExecWatch) {
+    for _ in 0..MAX_ANSWERED_AT_STOP {
+        let mut fds = [PollFd::new(watch.fd(), PollFlags::POLLIN)];
+        let pending = matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0);
+        if !pending || !report_exec(ctl, watch) {
+            return;
+        }
     }
 }
 

@@ -389,9 +389,8 @@ impl Sandbox {
             user: cmd.user,
             cwd: cmd.cwd.clone(),
         };
-        let gone = |_| SandboxError::Gone {
-            name: self.name.clone(),
-        };
+        let name = self.name.clone();
+        let gone = |_| SandboxError::Gone { name: name.clone() };
         let relays = [
             Relay::for_fd(stdin, Direction::In)?,
             Relay::for_fd(stdout, Direction::Out)?,
@@ -422,8 +421,7 @@ impl Sandbox {
                 other => break other,
             }
         };
-        self.exec_refusals.append(&mut refused);
-        self.exec_refusals_dropped += dropped;
+        self.keep_exec_refusals(refused, dropped);
         let reply = reply.map_err(gone)?;
         for relay in outputs {
             relay.finish();
@@ -442,6 +440,31 @@ impl Sandbox {
         }
     }
 
+    /// Keeps exec refusals up to [`MAX_EXEC_REFUSALS`], counting the rest.
+    fn keep_exec_refusals(&mut self, refused: Vec<ExecRefusal>, dropped: u64) {
+        let room = MAX_EXEC_REFUSALS.saturating_sub(self.exec_refusals.len());
+        let over = refused.len().saturating_sub(room);
+        self.exec_refusals.extend(refused.into_iter().take(room));
+        self.exec_refusals_dropped += dropped + over as u64;
+    }
+
+    /// Stops the sandbox like [`Sandbox::stop`] and returns the exec refusals not taken
+    /// yet, those reported while it stopped included.
+    pub fn stop_taking_exec_refusals(
+        mut self,
+    ) -> (Result<(), SandboxError>, Vec<ExecRefusal>, u64) {
+        let status = self.shutdown();
+        let (refused, dropped) = self.take_exec_refusals();
+        let result = match status.code() {
+            Some(0) => Ok(()),
+            code => Err(SandboxError::Cleanup {
+                name: self.name.clone(),
+                status: code.unwrap_or(-1),
+            }),
+        };
+        (result, refused, dropped)
+    }
+
     /// The execs an exec allowlist did not grant since the last call (the sandbox's
     /// [`SandboxSpec::exec_only`]), in order, and how many more were not kept.
     pub fn take_exec_refusals(&mut self) -> (Vec<ExecRefusal>, u64) {
@@ -452,22 +475,24 @@ impl Sandbox {
     }
 
     /// Kills everything inside and removes the cgroup. No process of the sandbox survives.
-    pub fn stop(mut self) -> Result<(), SandboxError> {
-        let status = self.shutdown();
-        match status.code() {
-            Some(0) => Ok(()),
-            code => Err(SandboxError::Cleanup {
-                name: self.name.clone(),
-                status: code.unwrap_or(-1),
-            }),
-        }
+    pub fn stop(self) -> Result<(), SandboxError> {
+        self.stop_taking_exec_refusals().0
     }
 
     /// Tells the init to exit (closing the socket does too), then waits for the helper,
     /// which waits for the whole pid namespace to be gone and removes the cgroup.
     fn shutdown(&mut self) -> ExitStatus {
         if let Some(ctl) = self.ctl.take() {
-            let _ = proto::send(ctl.as_fd(), &Request::Stop, &[]);
+            if proto::send(ctl.as_fd(), &Request::Stop, &[]).is_ok() {
+                // Before it exits, the init answers the execs still waiting and reports
+                // the refused ones (a process the command left behind may exec after the
+                // command's `Exited`); then the stream ends.
+                while let Ok(Some((reply, _))) = proto::recv::<Reply>(ctl.as_fd()) {
+                    if let Reply::ExecRefused(refusal) = reply {
+                        self.keep_exec_refusals(vec![refusal], 0);
+                    }
+                }
+            }
             drop(ctl);
         }
         let status = match self.helper.take() {

@@ -446,15 +446,25 @@ const MFD_NOEXEC_SEAL: u64 = 0x0008;
 /// With an exec allowlist (`dev.capgate/exec@1`) only: entries that return `EACCES`.
 /// Landlock does not see files of the kernel's internal mounts, so an executable memfd
 /// would run any program the workload writes into it (`fexecve`, `/proc/self/fd/N`).
-pub(crate) const EXEC_LIST: &[Deny] = &[Deny {
-    name: "memfd_create",
-    nr: libc::SYS_memfd_create,
-    when: When::Lacks {
-        arg: 1,
-        flag: MFD_NOEXEC_SEAL,
+/// Secret memory is unreadable through `/proc/PID/mem`, so a program named from there
+/// would hide its exec from the init's exec watch (`execwatch`).
+pub(crate) const EXEC_LIST: &[Deny] = &[
+    Deny {
+        name: "memfd_create",
+        nr: libc::SYS_memfd_create,
+        when: When::Lacks {
+            arg: 1,
+            flag: MFD_NOEXEC_SEAL,
+        },
+        why: "an executable memfd is a program no allowlist names; a sealed non-executable one is harmless (older kernels: no memfd at all)",
     },
-    why: "an executable memfd is a program no allowlist names; a sealed non-executable one is harmless (older kernels: no memfd at all)",
-}];
+    Deny {
+        name: "memfd_secret",
+        nr: libc::SYS_memfd_secret,
+        when: When::Always,
+        why: "a program name in secret memory is unreadable to the exec watch, which would not see a refused exec",
+    },
+];
 
 /// The compiled programs, in installation order.
 #[derive(Debug, Clone)]
@@ -788,6 +798,11 @@ pub(crate) mod tests {
         }
         // High bits do not hide the missing seal.
         assert_eq!(memfd(true, 0xffff_ffff_0000_0000), EACCES);
+        // Secret memory (unreadable to the exec watch) only under a list.
+        let secret =
+            |exec_list| verdict_with(exec_list, libc::SYS_memfd_secret, native_arch(), [0; 6]);
+        assert_eq!(secret(true), EACCES);
+        assert_eq!(secret(false), ALLOW);
     }
 
     #[test]

@@ -368,3 +368,89 @@ except Exception as e:
     assert_eq!(b.sandbox.take_exec_refusals(), (Vec::new(), 0));
     b.sandbox.stop().unwrap();
 }
+
+/// The exec watch against the ways a workload could blur it: a hard link to a listed
+/// program runs (Landlock grants the inode) and is no violation; a name ending in `/`
+/// (ENOTDIR) is none either; secret memory, which the init could not read a name from, is
+/// refused under a list; and an exec by a process the command left behind, after the
+/// command's own end, is still reported when the sandbox stops.
+#[test]
+fn the_exec_watch_counts_hard_links_late_execs_and_refuses_secret_memory() {
+    // A listed program with a hard link of its own (Debian's perl and perl5.x.y).
+    let twin = std::fs::read_dir("/usr/bin").ok().and_then(|dir| {
+        use std::os::unix::fs::MetadataExt as _;
+        let perl = std::fs::metadata("/usr/bin/perl")
+            .ok()
+            .filter(|m| m.nlink() > 1)?;
+        dir.flatten().map(|e| e.path()).find(|p| {
+            p != std::path::Path::new("/usr/bin/perl")
+                && std::fs::symlink_metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.ino() == perl.ino() && m.dev() == perl.dev())
+        })
+    });
+    let mut s = setup("exec-watch-edges", WorkspaceMode::Copy);
+    let mut listed = vec![std::path::PathBuf::from("/usr/bin/python3")];
+    if twin.is_some() {
+        listed.push("/usr/bin/perl".into());
+    }
+    s.spec.exec_only = Some(listed);
+    let mut b = start(&s.spec);
+    let twin_name = twin
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let probe = format!(
+        r#"
+import ctypes, errno, os, subprocess, sys
+def run(argv):
+    try:
+        subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+        return "ran"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("slash", run(["/bin/true/"]))
+twin = "{twin_name}"
+print("twin", run([twin, "-e", "1"]) if twin else "ran")
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.syscall(447, 0)
+print("secret", "OK" if r >= 0 else errno.errorcode[ctypes.get_errno()])
+# Left behind: execs once the command has exited.
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import time
+        time.sleep(0.5)
+        try:
+            os.execv("/bin/true", ["true"])
+        except OSError:
+            os._exit(0)
+    os._exit(0)
+os.wait()
+"#
+    );
+    let out = py(&mut b.sandbox, &probe);
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.lines().collect::<Vec<_>>(),
+        ["slash ENOTDIR", "twin ran", "secret EACCES"],
+        "{out:?}"
+    );
+    if twin.is_none() {
+        eprintln!("no hard-linked perl here: the hard-link case was not exercised");
+    }
+    // Nothing refused while the command ran.
+    assert_eq!(b.sandbox.take_exec_refusals(), (Vec::new(), 0));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (stopped, refused, dropped) = b.sandbox.stop_taking_exec_refusals();
+    stopped.unwrap();
+    let true_at = std::fs::canonicalize("/bin/true").unwrap();
+    assert_eq!(dropped, 0);
+    assert_eq!(
+        refused
+            .iter()
+            .map(|r| (r.program.as_str(), r.resolved.as_str()))
+            .collect::<Vec<_>>(),
+        [("/bin/true", true_at.to_str().unwrap())],
+        "{refused:?}"
+    );
+}
