@@ -41,21 +41,41 @@ pub(crate) struct ExecWatch {
     /// The granted files' device and inode numbers: Landlock grants a file as its inode,
     /// so a hard link to it elsewhere runs too.
     granted_files: Vec<(u64, u64)>,
+    /// The dynamic loaders Landlock grants for loading listed programs only (their device
+    /// and inode numbers): an exec of one by name is refused here.
+    loaders: Vec<(u64, u64)>,
+}
+
+/// What the init makes of one exec.
+enum Judged {
+    /// Nothing to say: the kernel decides.
+    Pass,
+    /// Not granted: the kernel refuses it (Landlock); reported.
+    Report(ExecRefusal),
+    /// A dynamic loader run by name: refused here (EACCES), and reported.
+    Refuse(ExecRefusal),
 }
 
 impl ExecWatch {
-    pub(crate) fn new(listener: OwnedFd, granted: Vec<PathBuf>) -> ExecWatch {
-        use std::os::unix::fs::MetadataExt as _;
-        let granted_files = granted
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .filter(std::fs::Metadata::is_file)
-            .map(|m| (m.dev(), m.ino()))
-            .collect();
+    pub(crate) fn new(
+        listener: OwnedFd,
+        granted: Vec<PathBuf>,
+        loaders: Vec<PathBuf>,
+    ) -> ExecWatch {
+        let ids = |paths: &[PathBuf]| -> Vec<(u64, u64)> {
+            use std::os::unix::fs::MetadataExt as _;
+            paths
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| (m.dev(), m.ino()))
+                .collect()
+        };
         ExecWatch {
             listener,
+            granted_files: ids(&granted),
+            loaders: ids(&loaders),
             granted,
-            granted_files,
         }
     }
 
@@ -63,18 +83,35 @@ impl ExecWatch {
         self.listener.as_fd()
     }
 
-    /// Takes one pending notification and lets its exec go on; the refusal to report when
-    /// the program it names exists and is not granted. Call when the listener is readable.
+    /// Takes one pending notification and answers it: the exec goes on (the kernel
+    /// decides), unless it runs a dynamic loader by name, which fails with EACCES. Returns
+    /// the refusal to report: a program that exists and is not granted, or such a loader.
+    /// Call when the listener is readable.
     pub(crate) fn answer(&self) -> Option<ExecRefusal> {
         let notice = sys::receive_notice(self.fd()).ok()?;
-        let seen = with_ptrace(|| self.judge(&notice));
-        // Whatever was found: the kernel decides. An error here (the process is gone) needs
-        // no answer.
-        let _ = sys::continue_notice(self.fd(), notice.id);
-        seen
+        let judged = with_ptrace(|| Some(self.judge(&notice))).unwrap_or(Judged::Pass);
+        // An error answering (the process is gone) needs nothing more.
+        match judged {
+            Judged::Pass => {
+                let _ = sys::continue_notice(self.fd(), notice.id);
+                None
+            }
+            Judged::Report(refusal) => {
+                let _ = sys::continue_notice(self.fd(), notice.id);
+                Some(refusal)
+            }
+            Judged::Refuse(refusal) => {
+                let _ = sys::fail_notice(self.fd(), notice.id, libc::EACCES);
+                Some(refusal)
+            }
+        }
     }
 
-    fn judge(&self, notice: &Notice) -> Option<ExecRefusal> {
+    fn judge(&self, notice: &Notice) -> Judged {
+        self.judge_name(notice).unwrap_or(Judged::Pass)
+    }
+
+    fn judge_name(&self, notice: &Notice) -> Option<Judged> {
         let (dirfd, name_at, flags) = match notice.nr {
             nr if nr == libc::SYS_execve => (libc::AT_FDCWD, notice.args[0], 0),
             nr if nr == libc::SYS_execveat => (
@@ -103,16 +140,20 @@ impl ExecWatch {
             return None;
         }
         let (resolved, id) = resolve(&proc_dir, dirfd, &name, flags).ok()?;
-        if is_granted(&resolved, &self.granted) || self.granted_files.contains(&id) {
-            return None;
-        }
-        Some(ExecRefusal {
+        let refusal = || ExecRefusal {
             program: String::from_utf8_lossy(&name).into_owned(),
             resolved: resolved.to_string_lossy().into_owned(),
             at_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
+        };
+        Some(if self.loaders.contains(&id) {
+            Judged::Refuse(refusal())
+        } else if is_granted(&resolved, &self.granted) || self.granted_files.contains(&id) {
+            Judged::Pass
+        } else {
+            Judged::Report(refusal())
         })
     }
 }

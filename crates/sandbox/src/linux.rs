@@ -39,8 +39,11 @@ pub(crate) struct Linux {
     /// The seccomp filters, compiled once by the init (with its Landlock ruleset) and
     /// inherited by each command.
     pub seccomp: Option<crate::seccomp::Programs>,
-    /// What an exec allowlist grants, canonical (made by `Effect::PrepareLandlock`).
+    /// What an exec allowlist grants, canonical (made by `Effect::PrepareLandlock`),
+    /// without the dynamic loaders granted only for loading ([`elf_loaders`]).
     pub exec_granted: Vec<PathBuf>,
+    /// Those loaders, canonical: run by name, they are refused.
+    pub exec_loaders: Vec<PathBuf>,
     /// The init's view of its commands' execs (`Effect::WatchExecs`).
     pub exec_watch: Option<crate::execwatch::ExecWatch>,
     /// What is weaker than asked, found while applying (for the start report).
@@ -430,6 +433,31 @@ fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
             }
         }
         out.push(path);
+    }
+    out
+}
+
+/// Of `grants` (from [`exec_grants`]), the dynamic loaders: the `PT_INTERP` files of ELF
+/// programs. Landlock must grant a loader, or no dynamically linked program could start,
+/// yet the kernel loads it without an `execve` of its own; an `execve` of it by name runs
+/// any readable program (`ld.so /bin/sh`), so the init's exec watch refuses that, unless
+/// the list names the loader itself (see `PrepareLandlock`).
+fn elf_loaders(grants: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for g in grants {
+        let Ok(file) = std::fs::File::open(g) else {
+            continue;
+        };
+        let mut head = Vec::new();
+        let _ = std::io::Read::take(file, crate::elf::HEAD_LEN as u64).read_to_end(&mut head);
+        if !head.starts_with(b"\x7fELF") {
+            continue;
+        }
+        if let Some(loader) = crate::elf::interpreter(&head)
+            && !out.contains(&loader)
+        {
+            out.push(loader);
+        }
     }
     out
 }
@@ -879,9 +907,24 @@ impl Kernel for Linux {
                 self.seccomp =
                     Some(crate::seccomp::compile(rules.exec_roots.is_some()).map_err(other)?);
                 let ruleset = build_landlock(rules)?;
-                self.exec_granted = exec_grants(rules.exec_roots.as_deref().unwrap_or_default())
-                    .iter()
-                    .filter_map(|p| std::fs::canonicalize(p).ok())
+                // For the exec watch: what the list grants, and the loaders it does not
+                // name (a loader beneath a listed directory, or listed, is the list's).
+                let roots = rules.exec_roots.as_deref().unwrap_or_default();
+                let grants = exec_grants(roots);
+                let canonical = |paths: &[PathBuf]| -> Vec<PathBuf> {
+                    paths
+                        .iter()
+                        .filter_map(|p| std::fs::canonicalize(p).ok())
+                        .collect()
+                };
+                let listed = canonical(roots);
+                self.exec_loaders = canonical(&elf_loaders(&grants))
+                    .into_iter()
+                    .filter(|l| !crate::execwatch::is_granted(l, &listed))
+                    .collect();
+                self.exec_granted = canonical(&grants)
+                    .into_iter()
+                    .filter(|g| !self.exec_loaders.contains(g))
                     .collect();
                 let report = probe_landlock(&ruleset)?;
                 self.landlock = Some(ruleset);
@@ -906,6 +949,7 @@ impl Kernel for Linux {
                         self.exec_watch = Some(crate::execwatch::ExecWatch::new(
                             listener,
                             std::mem::take(&mut self.exec_granted),
+                            std::mem::take(&mut self.exec_loaders),
                         ));
                     }
                     // Landlock still refuses; only the record is missing, and said so.
@@ -1036,6 +1080,29 @@ mod tests {
     /// A listed script's `#!` line adds its interpreter when that is a regular file, and
     /// nothing when it names a directory (which would grant everything beneath it) or
     /// nothing at all.
+    #[test]
+    fn the_loaders_are_the_elf_programs_interpreters_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/usr/bin/env sh\necho\n").unwrap();
+        let grants = exec_grants(std::slice::from_ref(&script));
+        // The script's interpreter (`/usr/bin/env`) is granted, and its loader with it;
+        // only the loader is one.
+        assert!(
+            grants.contains(&PathBuf::from("/usr/bin/env")),
+            "{grants:?}"
+        );
+        let loaders = elf_loaders(&grants);
+        assert_eq!(loaders.len(), 1, "{loaders:?}");
+        assert!(
+            loaders[0].to_string_lossy().contains("ld-linux"),
+            "{loaders:?}"
+        );
+        assert!(grants.contains(&loaders[0]), "{grants:?}");
+        // A program without a loader (a script alone, missing interpreters) has none.
+        assert!(elf_loaders(&[script]).is_empty());
+    }
+
     #[test]
     fn a_named_interpreter_is_granted_only_as_a_regular_file() {
         let dir = tempfile::tempdir().unwrap();

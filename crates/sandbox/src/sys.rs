@@ -327,12 +327,31 @@ pub(crate) fn notice_pending(listener: BorrowedFd<'_>, id: u64) -> bool {
 /// Lets the waiting syscall go on as if no filter had noticed it
 /// (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`, Linux 5.5): the kernel, Landlock included, decides.
 pub(crate) fn continue_notice(listener: BorrowedFd<'_>, id: u64) -> io::Result<()> {
-    let mut resp = libc::seccomp_notif_resp {
-        id,
-        val: 0,
-        error: 0,
-        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-    };
+    answer_notice(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        },
+    )
+}
+
+/// Fails the waiting syscall with `errno`, without running it.
+pub(crate) fn fail_notice(listener: BorrowedFd<'_>, id: u64, errno: i32) -> io::Result<()> {
+    answer_notice(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: -errno,
+            flags: 0,
+        },
+    )
+}
+
+fn answer_notice(listener: BorrowedFd<'_>, mut resp: libc::seccomp_notif_resp) -> io::Result<()> {
     // SAFETY: the ioctl reads one `seccomp_notif_resp` from `resp`, which lives across it.
     let ret = unsafe {
         libc::ioctl(

@@ -297,6 +297,9 @@ os.symlink("/bin/true", "/tmp/link")
 print("link", run(["/tmp/link"]))
 print("dots", run(["/usr/bin/../bin/python3", "-c", "pass"]))
 print("self", run(["/proc/self/exe", "-c", "pass"]))
+import glob
+loader = sorted(glob.glob("/lib64/ld-linux*") + glob.glob("/lib/ld-linux*"))[0]
+print("loader", run([loader, "/usr/bin/true"]))
 fd = os.open("/usr/bin", os.O_PATH)
 def at():
     try:
@@ -330,6 +333,7 @@ except Exception as e:
             "link EACCES",
             "dots ran",
             "self ran",
+            "loader EACCES",
             "at EACCES"
         ],
         "{out:?}"
@@ -342,12 +346,18 @@ except Exception as e:
         .collect();
     let true_at = std::fs::canonicalize("/bin/true").unwrap();
     let env_at = std::fs::canonicalize("/usr/bin/env").unwrap();
+    let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|l| std::path::Path::new(l).exists())
+        .unwrap();
+    let loader_at = std::fs::canonicalize(loader).unwrap();
     assert_eq!(
         seen,
         [
             ("/bin/true", true_at.to_str().unwrap()),
             ("./bin/true", true_at.to_str().unwrap()),
             ("/tmp/link", true_at.to_str().unwrap()),
+            (loader, loader_at.to_str().unwrap()),
             ("env", env_at.to_str().unwrap())
         ],
         "{refused:?}"
