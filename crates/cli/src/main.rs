@@ -147,8 +147,9 @@ enum Command {
     /// Audit events one by one, newest first (decisions and refusals, with the deciding
     /// rule); `capgate policy log` groups them per host.
     Log(policy::LogArgs),
-    /// What this host offers the sandbox (user namespaces, Landlock ABI, seccomp, cgroup
-    /// controllers for pids and memory, overlayfs) and what is missing, with how to fix it.
+    /// What this host offers the sandbox (user namespaces, Landlock ABI, seccomp and its
+    /// user notifications, cgroup controllers for pids and memory, overlayfs) and what is
+    /// missing, with how to fix it.
     /// Exit 0 when everything `capgate run` needs is there, 1 otherwise.
     Doctor {
         #[arg(long)]

@@ -252,6 +252,7 @@ fn doctor_reports_what_the_host_offers() {
         "UserNamespaces",
         "Landlock",
         "Seccomp",
+        "ExecWatch",
         "PidsLimit",
         "MemoryLimit",
         "CpuLimit",

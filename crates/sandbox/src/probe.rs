@@ -28,6 +28,9 @@ pub enum Feature {
     Overlay,
     /// Mounting a fresh `/proc` (refused when the host's `/proc` is partly masked).
     Proc,
+    /// seccomp user notifications that let a syscall go on (Linux 5.5): the init's exec
+    /// watch, which records the execs a pack's exec allowlist refuses.
+    ExecWatch,
 }
 
 /// How available a feature is.
@@ -269,6 +272,27 @@ pub(crate) fn assess(f: &HostFacts) -> HostReport {
             "seccomp filters are not available (CONFIG_SECCOMP_FILTER)".into(),
         ),
     }
+    let user_notif = f
+        .seccomp_actions
+        .as_deref()
+        .is_some_and(|a| a.split_whitespace().any(|x| x == "user_notif"));
+    if user_notif && kernel_at_least(&f.kernel_release, 5, 5) {
+        add(
+            Feature::ExecWatch,
+            Available,
+            "seccomp user notifications: the execs a pack's exec allowlist refuses are recorded"
+                .into(),
+        );
+    } else {
+        add(
+            Feature::ExecWatch,
+            Partial,
+            format!(
+                "kernel {} lacks seccomp user notifications that let a syscall go on (Linux 5.5): a pack's exec allowlist (dev.capgate/exec@1) still refuses, but its refusals are not recorded nor counted by --fail-on-violation",
+                f.kernel_release
+            ),
+        );
+    }
 
     // cgroups.
     match &f.cgroups.pids {
@@ -404,6 +428,30 @@ mod tests {
     fn a_complete_host_has_no_problems() {
         let r = assess(&good());
         assert_eq!(r.problems().count(), 0, "{r}");
+    }
+
+    /// The exec watch needs `user_notif` and Linux 5.5 (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`);
+    /// without either, exec allowlists still hold and the report says what goes unrecorded.
+    #[test]
+    fn the_exec_watch_needs_user_notifications_that_continue() {
+        let watch = |f: &HostFacts| assess(f).check(Feature::ExecWatch).unwrap().clone();
+        assert_eq!(watch(&good()).availability, Availability::Available);
+        let old = HostFacts {
+            kernel_release: "5.4.0-150-generic".into(),
+            ..good()
+        };
+        let c = watch(&old);
+        assert_eq!(c.availability, Availability::Partial);
+        assert!(
+            c.detail.contains("5.4.0") && c.detail.contains("not recorded"),
+            "{}",
+            c.detail
+        );
+        let no_notif = HostFacts {
+            seccomp_actions: Some("kill_process kill_thread trap errno trace log allow".into()),
+            ..good()
+        };
+        assert_eq!(watch(&no_notif).availability, Availability::Partial);
     }
 
     #[test]
