@@ -179,6 +179,11 @@ impl Broker {
         self.injections_for(dest, phase).next().is_some()
     }
 
+    /// Each sentinel with its service.
+    pub fn sentinels(&self) -> &[(String, String)] {
+        &self.sentinels
+    }
+
     /// Whether any sentinel exists (so cleartext requests are worth scanning).
     pub fn has_sentinels(&self) -> bool {
         !self.sentinels.is_empty()

@@ -10,6 +10,7 @@ pub mod tls;
 pub mod addr;
 
 pub mod broker;
+mod cleartext;
 pub mod dns;
 pub mod h1;
 mod http2;

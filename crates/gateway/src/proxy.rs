@@ -27,6 +27,7 @@ use tokio::time::timeout;
 
 use crate::addr::{AddressGuard, Refusal as AddrRefusal, Resolve};
 use crate::broker::Broker;
+use crate::cleartext::Relayed;
 use crate::h1::{self, Framing, Header, Parsed, RequestHead, ResponseHead};
 use crate::mask::{Mask, MaskStream, RELEASE_AFTER, WsMasker, masked_text};
 use crate::respond;
@@ -537,6 +538,32 @@ impl Gateway {
         ) {
             Ok(injected) => (verdict, injected.mask),
             Err(exfil) => (exfiltration(exfil.message(host)), None),
+        }
+    }
+
+    /// Records how a relay watched for sentinels (`cleartext::relay`) ended: as `verdict`,
+    /// or, when the client sent a sentinel in clear, as the exfiltration it is.
+    pub(crate) fn record_watched(
+        &self,
+        host: &str,
+        port: u16,
+        verdict: &Verdict,
+        relayed: std::io::Result<Relayed>,
+    ) {
+        match relayed {
+            Ok(Relayed::Sentinel { service, up }) => {
+                let exfil = crate::broker::Exfiltration {
+                    service,
+                    place: "a stream that is not TLS (the connection was closed)".to_owned(),
+                    echo: false,
+                };
+                let v = exfiltration(exfil.message(&format!("{host}:{port}")));
+                self.audit_verdict(host, port, &v, None, (up, 0));
+            }
+            Ok(Relayed::Done { up, down }) => {
+                self.audit_verdict(host, port, verdict, None, (up, down))
+            }
+            Err(_) => self.audit_verdict(host, port, verdict, None, (0, 0)),
         }
     }
 
@@ -1102,6 +1129,8 @@ impl Gateway {
             return Ok(());
         }
         stall::writing(self.cfg().limits.idle_timeout, up.write_all(&peeked)).await?;
+        // (No sentinel can be in these bytes: a sandbox with sentinels has every tunnel
+        // intercepted, and one that is not TLS refused.)
         let relay = tokio::io::copy_bidirectional_with_sizes(client, &mut up, 64 * 1024, 64 * 1024);
         let verdict = plain_verdict.as_ref().unwrap_or(verdict);
         // The revocation first: its first judgement comes before the relay moves a byte.

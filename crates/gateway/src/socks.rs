@@ -131,6 +131,20 @@ impl Gateway {
         };
         let _ = upstream.set_nodelay(true);
         reply(&mut client, REP_OK).await?;
+        // With sentinels in the sandbox, the client's bytes are watched for them (TLS
+        // inside shows none; any other protocol is cleartext, see `cleartext`).
+        if let Some(scan) = crate::cleartext::SentinelScan::of(&self.cfg().broker) {
+            tokio::select! {
+                biased;
+                revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
+                    self.record(&name, port, &revoked, (0, 0));
+                }
+                relayed = crate::cleartext::relay(&mut client, &mut upstream, &scan, b"") => {
+                    self.record_watched(&name, port, &verdict, relayed);
+                }
+            }
+            return Ok(());
+        }
         let relay = tokio::io::copy_bidirectional_with_sizes(
             &mut client,
             &mut upstream,

@@ -3100,3 +3100,86 @@ async fn a_read_only_runtime_gets_no_connection_from_install() {
         assert!(out.contains("hello from plain.test"), "{method}: {out}");
     }
 }
+
+/// A sentinel sent in clear in a SOCKS5 stream is a sentinel sent where its credential is
+/// not injected: the piece that completes it never reaches the upstream, the connection is
+/// closed, and it is recorded as `credential_exfiltration`, in one piece or upper-cased and
+/// cut across writes. The twin on the same stream, without it, is answered. (A CONNECT
+/// tunnel in such a sandbox is intercepted, so one that is not TLS is refused outright.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_in_clear_in_a_socks_stream_is_refused_and_recorded() {
+    let h = harness(true).await;
+    let seen = |h: &Harness| h.seen["plain.test"].lock().unwrap().requests.clone();
+    let port = h.ports["plain.test"];
+    let leaks = [
+        format!("GET /leak HTTP/1.1\r\nHost: plain.test\r\nX-Token: {SENTINEL}\r\n\r\n"),
+        format!(
+            "GET /leak2 HTTP/1.1\r\nHost: plain.test\r\nX-Token: {}\r\n\r\n",
+            SENTINEL.to_uppercase()
+        ),
+    ];
+    for (i, leak) in leaks.iter().enumerate() {
+        let (code, mut socks) = socks_connect(&h, b"plain.test", port).await;
+        assert_eq!(code, 0);
+        assert!(
+            tunnel_request(&mut socks, "plain.test")
+                .await
+                .contains("hello from plain.test")
+        );
+        let before = seen(&h).len();
+        if i == 0 {
+            socks.write_all(leak.as_bytes()).await.unwrap();
+        } else {
+            let (a, b) = leak.split_at(leak.find("SENTINEL").unwrap() + 12);
+            socks.write_all(a.as_bytes()).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            socks.write_all(b.as_bytes()).await.unwrap();
+        }
+        let (ended, rest) = closed_after(&mut socks).await;
+        assert!(ended && !rest.contains("hello from"), "{rest}");
+        assert_eq!(seen(&h).len(), before, "{:?}", seen(&h));
+    }
+    let exfil: Vec<AuditEvent> = recorded(&h)
+        .into_iter()
+        .filter(|e| e.reason == Reason::CredentialExfiltration)
+        .collect();
+    assert_eq!(exfil.len(), 2, "{exfil:?}");
+    assert!(
+        exfil
+            .iter()
+            .all(|e| e.host == "plain.test" && e.port == port),
+        "{exfil:?}"
+    );
+    // The twin: a stream that carries no sentinel, closed by its client, is recorded as
+    // allowed, with its bytes.
+    let (_, mut socks) = socks_connect(&h, b"plain.test", port).await;
+    assert!(
+        tunnel_request(&mut socks, "plain.test")
+            .await
+            .contains("hello from plain.test")
+    );
+    socks.shutdown().await.unwrap();
+    let (ended, _) = closed_after(&mut socks).await;
+    assert!(ended);
+    let allowed = (0..50).find_map(|_| {
+        let found = recorded(&h)
+            .into_iter()
+            .find(|e| e.host == "plain.test" && e.decision == Decision::Allow && e.bytes_up > 0);
+        if found.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        found
+    });
+    assert!(allowed.is_some(), "{:?}", recorded(&h));
+}
+
+/// Whether `s` ends (within 5 s), and what came before its end.
+async fn closed_after(s: &mut TcpStream) -> (bool, String) {
+    let mut rest = Vec::new();
+    let end =
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    (
+        matches!(end, Ok(Ok(_))),
+        String::from_utf8_lossy(&rest).into_owned(),
+    )
+}

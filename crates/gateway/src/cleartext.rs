@@ -1,0 +1,226 @@
+//! A SOCKS5 stream is relayed as bytes, unparsed. In a sandbox with credentials, a
+//! sentinel sent in one is still a sentinel sent where its credential is not injected (no
+//! credential is ever written into a SOCKS stream), so the client's bytes are watched for
+//! every sentinel of the sandbox, in any letter case, across reads: a piece that completes
+//! one is not sent, the connection is closed, and the caller records the exfiltration. At
+//! most the sentinel's first bytes (those before the read that completed it) have left.
+//! (CONNECT tunnels need none of this: in such a sandbox every one is intercepted, and one
+//! that does not carry TLS is refused.)
+//!
+//! Only the client's direction is read this way; the upstream's answer is copied as it
+//! comes. Inside TLS carried by SOCKS nothing can be seen.
+
+use std::io;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::broker::Broker;
+
+/// The size of one read from the client.
+const CHUNK: usize = 64 * 1024;
+
+/// The sandbox's sentinels, to look for in a stream.
+pub(crate) struct SentinelScan {
+    finder: AhoCorasick,
+    /// The service of each sentinel, in the finder's pattern order.
+    services: Vec<String>,
+    /// The longest sentinel's length: a sentinel cut across reads lies within the last
+    /// `longest - 1` bytes of the one and the next read.
+    longest: usize,
+}
+
+impl SentinelScan {
+    /// `None` when the sandbox has no sentinel.
+    pub(crate) fn of(broker: &Broker) -> Option<SentinelScan> {
+        let sentinels = broker.sentinels();
+        if sentinels.is_empty() {
+            return None;
+        }
+        let finder = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(sentinels.iter().map(|(s, _)| s.as_bytes()))
+            .ok()?;
+        Some(SentinelScan {
+            finder,
+            longest: sentinels.iter().map(|(s, _)| s.len()).max().unwrap_or(0),
+            services: sentinels.iter().map(|(_, svc)| svc.clone()).collect(),
+        })
+    }
+
+    /// The service whose sentinel occurs in `bytes`, if any.
+    pub(crate) fn find(&self, bytes: &[u8]) -> Option<&str> {
+        let m = self.finder.find(bytes)?;
+        self.services
+            .get(m.pattern().as_usize())
+            .map(String::as_str)
+    }
+}
+
+/// How a watched relay ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Relayed {
+    /// Both directions ended: the bytes sent each way.
+    Done { up: u64, down: u64 },
+    /// The client sent the sentinel of `service`; the connection was given up after `up`
+    /// bytes had gone upstream (none of the piece that completed the sentinel).
+    Sentinel { service: String, up: u64 },
+}
+
+/// Relays `client` and `upstream` both ways until both directions end, as
+/// `tokio::io::copy_bidirectional` does, watching the client's bytes with `scan`. `sent`
+/// are the client's bytes already sent upstream (their end may begin a sentinel).
+pub(crate) async fn relay(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    scan: &SentinelScan,
+    sent: &[u8],
+) -> io::Result<Relayed> {
+    let (mut client_r, mut client_w) = client.split();
+    let (mut up_r, mut up_w) = upstream.split();
+    let keep = scan.longest.saturating_sub(1);
+    let up = async {
+        let mut tail = sent[sent.len().saturating_sub(keep)..].to_vec();
+        let mut buf = vec![0u8; CHUNK];
+        let mut total = 0u64;
+        loop {
+            let n = client_r.read(&mut buf).await?;
+            if n == 0 {
+                up_w.shutdown().await?;
+                return Ok::<_, io::Error>(Ok(total));
+            }
+            let piece = buf.get(..n).unwrap_or_default();
+            tail.extend_from_slice(piece);
+            if let Some(service) = scan.find(&tail) {
+                return Ok(Err((service.to_owned(), total)));
+            }
+            up_w.write_all(piece).await?;
+            total += n as u64;
+            let cut = tail.len().saturating_sub(keep);
+            tail.drain(..cut);
+        }
+    };
+    let down = async {
+        let n = tokio::io::copy(&mut up_r, &mut client_w).await?;
+        client_w.shutdown().await?;
+        Ok::<_, io::Error>(n)
+    };
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (None, None);
+    while up_done.is_none() || down_done.is_none() {
+        tokio::select! {
+            r = &mut up, if up_done.is_none() => match r? {
+                Ok(n) => up_done = Some(n),
+                Err((service, up)) => return Ok(Relayed::Sentinel { service, up }),
+            },
+            r = &mut down, if down_done.is_none() => down_done = Some(r?),
+        }
+    }
+    Ok(Relayed::Done {
+        up: up_done.unwrap_or(0),
+        down: down_done.unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn scan() -> SentinelScan {
+        let sentinels = BTreeMap::from([
+            (
+                "github".to_owned(),
+                "capgate-sentinel-github-0123456789abcdef0123456789abcdef".to_owned(),
+            ),
+            (
+                "npm".to_owned(),
+                "capgate-sentinel-npm-ffffffffffffffffffffffffffffffff".to_owned(),
+            ),
+        ]);
+        SentinelScan::of(&Broker::new(&[], &sentinels, BTreeMap::new())).unwrap()
+    }
+
+    #[test]
+    fn each_sentinel_is_found_in_any_letter_case_and_nothing_else() {
+        let s = scan();
+        assert_eq!(
+            s.find(b"x: CAPGATE-SENTINEL-GITHUB-0123456789ABCDEF0123456789ABCDEF\r\n"),
+            Some("github")
+        );
+        assert_eq!(
+            s.find(b"capgate-sentinel-npm-ffffffffffffffffffffffffffffffff"),
+            Some("npm")
+        );
+        assert_eq!(
+            s.find(b"capgate-sentinel-npm-fffffffffffffffffffffffffffffff"),
+            None
+        );
+        assert_eq!(s.find(b"capgate-sentinel-github-"), None);
+        assert!(SentinelScan::of(&Broker::default()).is_none());
+    }
+
+    /// Through a real loopback relay: a sentinel cut across the client's writes is not
+    /// completed upstream, and the relay says whose it was; without one, bytes pass both
+    /// ways and the counts add up.
+    #[tokio::test]
+    async fn a_sentinel_cut_across_writes_is_caught_before_its_end_leaves() {
+        use tokio::net::TcpListener;
+        let s = scan();
+        let sentinel = "capgate-sentinel-github-0123456789abcdef0123456789abcdef";
+        for leak in [true, false] {
+            let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let back = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let (front_at, back_at) = (front.local_addr().unwrap(), back.local_addr().unwrap());
+            let client = tokio::spawn(async move {
+                let mut c = TcpStream::connect(front_at).await.unwrap();
+                let body = if leak {
+                    format!("token={sentinel}")
+                } else {
+                    "token=harmless".to_owned()
+                };
+                let (a, b) = body.split_at(body.len() - 10);
+                c.write_all(a.as_bytes()).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                c.write_all(b.as_bytes()).await.unwrap();
+                c.shutdown().await.unwrap();
+                let mut back = Vec::new();
+                let _ = c.read_to_end(&mut back).await;
+                back
+            });
+            let upstream = tokio::spawn(async move {
+                let (mut u, _) = back.accept().await.unwrap();
+                let mut got = Vec::new();
+                let _ = u.read_to_end(&mut got).await;
+                let _ = u.write_all(b"pong").await;
+                got
+            });
+            let (mut c, _) = front.accept().await.unwrap();
+            let mut u = TcpStream::connect(back_at).await.unwrap();
+            let relayed = relay(&mut c, &mut u, &s, b"").await.unwrap();
+            drop((c, u));
+            let seen = upstream.await.unwrap();
+            let answer = client.await.unwrap();
+            if leak {
+                let Relayed::Sentinel { service, up } = relayed else {
+                    panic!("{relayed:?}")
+                };
+                assert_eq!(service, "github");
+                // The first write went (unless both came in one read); the second did not.
+                let first = ("token=".len() + sentinel.len() - 10) as u64;
+                assert!(up == first || up == 0, "{up}");
+                assert_eq!(seen.len() as u64, up);
+                let seen = String::from_utf8_lossy(&seen);
+                assert!(!seen.contains(sentinel), "{seen}");
+                assert!(answer.is_empty());
+            } else {
+                assert_eq!(relayed, Relayed::Done { up: 14, down: 4 });
+                assert_eq!(seen, b"token=harmless");
+                assert_eq!(answer, b"pong");
+            }
+        }
+    }
+}
