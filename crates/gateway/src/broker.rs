@@ -74,6 +74,8 @@ pub struct Broker {
     injections: Vec<Injection>,
     /// sentinel → service
     sentinels: Vec<(String, String)>,
+    /// The sentinels' finder for streams (`cleartext`).
+    scan: Option<Arc<crate::cleartext::SentinelScan>>,
     /// The host-side secrets by service, replaced as a whole when the user sets or
     /// removes one while the sandbox runs ([`Broker::replace_secrets`]).
     secrets: Arc<RwLock<Arc<BTreeMap<String, Secret>>>>,
@@ -132,12 +134,14 @@ impl Broker {
                 }
             }
         }
+        let sentinels: Vec<(String, String)> = sentinels
+            .iter()
+            .map(|(service, sentinel)| (sentinel.clone(), service.clone()))
+            .collect();
         Broker {
             injections,
-            sentinels: sentinels
-                .iter()
-                .map(|(service, sentinel)| (sentinel.clone(), service.clone()))
-                .collect(),
+            scan: crate::cleartext::SentinelScan::new(&sentinels).map(Arc::new),
+            sentinels,
             secrets: Arc::new(RwLock::new(Arc::new(secrets))),
             masks: Arc::new(Mutex::new(BTreeMap::new())),
         }
@@ -179,9 +183,11 @@ impl Broker {
         self.injections_for(dest, phase).next().is_some()
     }
 
-    /// Each sentinel with its service.
-    pub fn sentinels(&self) -> &[(String, String)] {
-        &self.sentinels
+    /// The finder of this sandbox's sentinels in a stream (made once, with the broker);
+    /// `None` without sentinels, or where it could not be made (then a stream it would
+    /// watch is refused).
+    pub(crate) fn sentinel_scan(&self) -> Option<&crate::cleartext::SentinelScan> {
+        self.scan.as_deref()
     }
 
     /// Whether any sentinel exists (so cleartext requests are worth scanning).

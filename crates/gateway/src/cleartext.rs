@@ -8,15 +8,15 @@
 //! that does not carry TLS is refused.)
 //!
 //! Only the client's direction is read this way; the upstream's answer is copied as it
-//! comes. Inside TLS carried by SOCKS nothing can be seen.
+//! comes. Inside TLS carried by SOCKS nothing can be seen, nor a sentinel split across
+//! two connections.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-
-use crate::broker::Broker;
 
 /// The size of one read from the client.
 const CHUNK: usize = 64 * 1024;
@@ -32,9 +32,9 @@ pub(crate) struct SentinelScan {
 }
 
 impl SentinelScan {
-    /// `None` when the sandbox has no sentinel.
-    pub(crate) fn of(broker: &Broker) -> Option<SentinelScan> {
-        let sentinels = broker.sentinels();
+    /// The scan for `sentinels` (sentinel, service); `None` when there are none, or the
+    /// finder cannot be built (the caller then refuses what it would have watched).
+    pub(crate) fn new(sentinels: &[(String, String)]) -> Option<SentinelScan> {
         if sentinels.is_empty() {
             return None;
         }
@@ -65,24 +65,25 @@ pub(crate) enum Relayed {
     /// Both directions ended: the bytes sent each way.
     Done { up: u64, down: u64 },
     /// The client sent the sentinel of `service`; the connection was given up after `up`
-    /// bytes had gone upstream (none of the piece that completed the sentinel).
-    Sentinel { service: String, up: u64 },
+    /// bytes had gone upstream (none of the piece that completed the sentinel) and `down`
+    /// had come back.
+    Sentinel { service: String, up: u64, down: u64 },
 }
 
 /// Relays `client` and `upstream` both ways until both directions end, as
-/// `tokio::io::copy_bidirectional` does, watching the client's bytes with `scan`. `sent`
-/// are the client's bytes already sent upstream (their end may begin a sentinel).
+/// `tokio::io::copy_bidirectional` does, watching the client's bytes with `scan`.
 pub(crate) async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     scan: &SentinelScan,
-    sent: &[u8],
 ) -> io::Result<Relayed> {
     let (mut client_r, mut client_w) = client.split();
     let (mut up_r, mut up_w) = upstream.split();
     let keep = scan.longest.saturating_sub(1);
+    // What came back so far, for the record of a connection given up mid-stream.
+    let down_bytes = AtomicU64::new(0);
     let up = async {
-        let mut tail = sent[sent.len().saturating_sub(keep)..].to_vec();
+        let mut tail: Vec<u8> = Vec::with_capacity(keep + CHUNK);
         let mut buf = vec![0u8; CHUNK];
         let mut total = 0u64;
         loop {
@@ -103,9 +104,16 @@ pub(crate) async fn relay(
         }
     };
     let down = async {
-        let n = tokio::io::copy(&mut up_r, &mut client_w).await?;
-        client_w.shutdown().await?;
-        Ok::<_, io::Error>(n)
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = up_r.read(&mut buf).await?;
+            if n == 0 {
+                client_w.shutdown().await?;
+                return Ok::<_, io::Error>(down_bytes.load(Ordering::Relaxed));
+            }
+            client_w.write_all(buf.get(..n).unwrap_or_default()).await?;
+            down_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
     };
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (None, None);
@@ -113,7 +121,13 @@ pub(crate) async fn relay(
         tokio::select! {
             r = &mut up, if up_done.is_none() => match r? {
                 Ok(n) => up_done = Some(n),
-                Err((service, up)) => return Ok(Relayed::Sentinel { service, up }),
+                Err((service, up)) => {
+                    return Ok(Relayed::Sentinel {
+                        service,
+                        up,
+                        down: down_bytes.load(Ordering::Relaxed),
+                    });
+                }
             },
             r = &mut down, if down_done.is_none() => down_done = Some(r?),
         }
@@ -141,7 +155,11 @@ mod tests {
                 "capgate-sentinel-npm-ffffffffffffffffffffffffffffffff".to_owned(),
             ),
         ]);
-        SentinelScan::of(&Broker::new(&[], &sentinels, BTreeMap::new())).unwrap()
+        let pairs: Vec<(String, String)> = sentinels
+            .into_iter()
+            .map(|(service, sentinel)| (sentinel, service))
+            .collect();
+        SentinelScan::new(&pairs).unwrap()
     }
 
     #[test]
@@ -160,7 +178,7 @@ mod tests {
             None
         );
         assert_eq!(s.find(b"capgate-sentinel-github-"), None);
-        assert!(SentinelScan::of(&Broker::default()).is_none());
+        assert!(SentinelScan::new(&[]).is_none());
     }
 
     /// Through a real loopback relay: a sentinel cut across the client's writes is not
@@ -200,15 +218,16 @@ mod tests {
             });
             let (mut c, _) = front.accept().await.unwrap();
             let mut u = TcpStream::connect(back_at).await.unwrap();
-            let relayed = relay(&mut c, &mut u, &s, b"").await.unwrap();
+            let relayed = relay(&mut c, &mut u, &s).await.unwrap();
             drop((c, u));
             let seen = upstream.await.unwrap();
             let answer = client.await.unwrap();
             if leak {
-                let Relayed::Sentinel { service, up } = relayed else {
+                let Relayed::Sentinel { service, up, down } = relayed else {
                     panic!("{relayed:?}")
                 };
                 assert_eq!(service, "github");
+                assert_eq!(down, 0);
                 // The first write went (unless both came in one read); the second did not.
                 let first = ("token=".len() + sentinel.len() - 10) as u64;
                 assert!(up == first || up == 0, "{up}");

@@ -551,14 +551,14 @@ impl Gateway {
         relayed: std::io::Result<Relayed>,
     ) {
         match relayed {
-            Ok(Relayed::Sentinel { service, up }) => {
+            Ok(Relayed::Sentinel { service, up, down }) => {
                 let exfil = crate::broker::Exfiltration {
                     service,
                     place: "a stream that is not TLS (the connection was closed)".to_owned(),
                     echo: false,
                 };
                 let v = exfiltration(exfil.message(&format!("{host}:{port}")));
-                self.audit_verdict(host, port, &v, None, (up, 0));
+                self.audit_verdict(host, port, &v, None, (up, down));
             }
             Ok(Relayed::Done { up, down }) => {
                 self.audit_verdict(host, port, verdict, None, (up, down))

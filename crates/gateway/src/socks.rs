@@ -130,16 +130,26 @@ impl Gateway {
             }
         };
         let _ = upstream.set_nodelay(true);
-        reply(&mut client, REP_OK).await?;
         // With sentinels in the sandbox, the client's bytes are watched for them (TLS
-        // inside shows none; any other protocol is cleartext, see `cleartext`).
-        if let Some(scan) = crate::cleartext::SentinelScan::of(&self.cfg().broker) {
+        // inside shows none; any other protocol is cleartext, see `cleartext`); a stream
+        // that cannot be watched is refused.
+        let broker = &self.cfg().broker;
+        if broker.has_sentinels() && broker.sentinel_scan().is_none() {
+            let v = Verdict::refused(
+                Reason::InternalError,
+                "this stream cannot be watched for the sandbox's credential sentinels",
+            );
+            self.record(&name, port, &v, (0, 0));
+            return reply(&mut client, REP_FAILURE).await;
+        }
+        reply(&mut client, REP_OK).await?;
+        if let Some(scan) = broker.sentinel_scan() {
             tokio::select! {
                 biased;
                 revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
                     self.record(&name, port, &revoked, (0, 0));
                 }
-                relayed = crate::cleartext::relay(&mut client, &mut upstream, &scan, b"") => {
+                relayed = crate::cleartext::relay(&mut client, &mut upstream, scan) => {
                     self.record_watched(&name, port, &verdict, relayed);
                 }
             }

@@ -3144,10 +3144,12 @@ async fn a_sentinel_in_clear_in_a_socks_stream_is_refused_and_recorded() {
         .filter(|e| e.reason == Reason::CredentialExfiltration)
         .collect();
     assert_eq!(exfil.len(), 2, "{exfil:?}");
+    // Recorded with what the stream carried: the twin's request and its answer.
     assert!(
-        exfil
-            .iter()
-            .all(|e| e.host == "plain.test" && e.port == port),
+        exfil.iter().all(|e| e.host == "plain.test"
+            && e.port == port
+            && e.bytes_up > 0
+            && e.bytes_down > 0),
         "{exfil:?}"
     );
     // The twin: a stream that carries no sentinel, closed by its client, is recorded as

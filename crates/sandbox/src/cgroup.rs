@@ -97,7 +97,7 @@ struct CgroupMount {
     options: Vec<String>,
 }
 
-fn unescape_mountinfo(field: &str) -> String {
+pub(crate) fn unescape_mountinfo(field: &str) -> String {
     // mountinfo escapes space, tab, newline and backslash as \ooo.
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -115,6 +115,15 @@ fn user_name(uid: u32) -> Option<String> {
         .map(|u| u.name)
 }
 
+/// The first mount point of `mountinfo` (the host's) strictly beneath `dir`, if any.
+fn mount_beneath(mountinfo: &str, dir: &Path) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|point| PathBuf::from(crate::cgroup::unescape_mountinfo(point)))
+        .find(|point| point != dir && point.starts_with(dir))
+}
+
 fn create_private_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -170,6 +179,20 @@ fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
             format!(
                 "the workspace `{}` is not a directory",
                 spec.workspace.host_dir.display()
+            ),
+        ));
+    }
+    // The workspace is bound (or overlaid) without what is mounted beneath it, which a
+    // user namespace refuses (the mounts it inherits are locked together): said plainly,
+    // rather than as the kernel's EINVAL at the mount.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some(inner) = mount_beneath(&mountinfo, &spec.workspace.host_dir) {
+        return Err(RemoteError::setup(
+            Step::StateDir,
+            format!(
+                "the workspace `{}` has a filesystem mounted beneath it, at `{}`: a sandbox cannot show a directory without the mounts inside it; use a workspace with no mount inside",
+                spec.workspace.host_dir.display(),
+                inner.display()
             ),
         ));
     }
@@ -894,6 +917,25 @@ mod tests {
     use super::*;
     use crate::report::LandlockReport;
     use crate::spec::{Workspace, WorkspaceMode};
+
+    #[test]
+    fn a_mount_strictly_beneath_the_workspace_is_found() {
+        let info = "\
+22 1 254:0 / / rw - ext4 /dev/vda rw
+40 22 0:40 / /home/u/proj/my\\040data rw - tmpfs tmpfs rw
+41 22 0:41 / /home/u/proj rw - tmpfs tmpfs rw
+42 22 0:42 / /home/u/project2/x rw - tmpfs tmpfs rw
+";
+        assert_eq!(
+            mount_beneath(info, Path::new("/home/u/proj")),
+            Some(PathBuf::from("/home/u/proj/my data"))
+        );
+        // The workspace being a mount point itself, or a name that merely begins alike,
+        // is no mount beneath it.
+        assert_eq!(mount_beneath(info, Path::new("/home/u/project2/x")), None);
+        assert_eq!(mount_beneath(info, Path::new("/home/u/pro")), None);
+        assert_eq!(mount_beneath(info, Path::new("/srv")), None);
+    }
 
     /// A pack's write places or exec allowlist refuse a start Landlock cannot fully hold;
     /// a sandbox that asks neither starts with a warning only.

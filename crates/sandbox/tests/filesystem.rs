@@ -479,3 +479,48 @@ fn a_symlink_swapped_in_while_mounting_never_redirects_anything() {
     );
     assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
 }
+
+/// A workspace with a filesystem mounted inside cannot be shown without it (a user
+/// namespace refuses to separate locked mounts): the start is refused, naming the mount,
+/// rather than with the kernel's bare EINVAL. The twin, the same workspace once the mount
+/// is gone, starts. Needs root to mount on the host; says so and passes otherwise.
+#[test]
+fn a_workspace_with_a_mount_inside_is_refused_by_name() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: no mount could be made inside a workspace; not exercised");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    for mode in [WorkspaceMode::Copy, WorkspaceMode::Mount] {
+        let s = setup("fs-submount", mode);
+        let inner = s.workspace.join("mnt");
+        std::fs::create_dir(&inner).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &inner,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .unwrap();
+        let guard = Unmount(inner.clone());
+        let err = match Sandbox::start(&s.spec, &helper()) {
+            Ok(_) => panic!("{mode:?}: started with a mount inside the workspace"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("mounted beneath it") && err.contains(&*inner.to_string_lossy()),
+            "{mode:?}: {err}"
+        );
+        drop(guard);
+        let mut b = start(&s.spec);
+        let out = run(&mut b.sandbox, &["cat", "/home/agent/workspace/README.md"]);
+        assert_eq!(out.stdout, "hello from the host\n", "{mode:?}");
+        b.sandbox.stop().unwrap();
+    }
+}
