@@ -524,3 +524,19 @@ fn a_workspace_with_a_mount_inside_is_refused_by_name() {
         b.sandbox.stop().unwrap();
     }
 }
+
+/// A workspace whose name holds what mount options cannot carry (`,` `:` `=` `\`) starts in
+/// both modes: no host path goes into a mount's options any more.
+#[test]
+fn a_workspace_named_with_commas_colons_and_equals_signs_starts() {
+    for mode in [WorkspaceMode::Copy, WorkspaceMode::Mount] {
+        let mut s = setup("fs-odd-name", mode);
+        let odd = s.dir.path().join("my work, v2: x=1 \\ y");
+        std::fs::rename(&s.workspace, &odd).unwrap();
+        s.spec.workspace.host_dir = odd.clone();
+        let mut b = start(&s.spec);
+        let out = run(&mut b.sandbox, &["cat", "/home/agent/workspace/README.md"]);
+        assert_eq!(out.stdout, "hello from the host\n", "{mode:?}: {out:?}");
+        b.sandbox.stop().unwrap();
+    }
+}
