@@ -1416,9 +1416,13 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
     if denied.is_empty() {
         return Ok(0);
     }
+    let execs = denied
+        .iter()
+        .filter(|e| e.host == EXEC_AUDIT_HOST && e.port == 0)
+        .count();
     say!(
         "capgate: {} refused in sandbox `{name}`:",
-        plural(denied.len())
+        plural(denied.len() - execs, execs)
     );
     let mut shown = BTreeMap::new();
     for e in &denied {
@@ -1473,18 +1477,37 @@ fn summarize(store: &capgate_policy::Store, name: &str, since: Timestamp) -> Res
     Ok(denied.len())
 }
 
-fn plural(n: usize) -> String {
-    if n == 1 {
-        "1 request was".to_owned()
-    } else {
-        format!("{n} requests were")
-    }
+/// "1 request was", "2 requests and 1 exec were", "3 execs were", …
+fn plural(requests: usize, execs: usize) -> String {
+    let count = |n: usize, what: &str| match n {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    };
+    let (what, total) = match (requests, execs) {
+        (r, 0) => (count(r, "request"), r),
+        (0, x) => (count(x, "exec"), x),
+        (r, x) => (
+            format!("{} and {}", count(r, "request"), count(x, "exec")),
+            r + x,
+        ),
+    };
+    format!("{what} {}", if total == 1 { "was" } else { "were" })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    #[test]
+    fn refusals_are_counted_as_requests_and_execs() {
+        assert_eq!(plural(1, 0), "1 request was");
+        assert_eq!(plural(3, 0), "3 requests were");
+        assert_eq!(plural(0, 1), "1 exec was");
+        assert_eq!(plural(0, 2), "2 execs were");
+        assert_eq!(plural(1, 1), "1 request and 1 exec were");
+        assert_eq!(plural(2, 3), "2 requests and 3 execs were");
+    }
 
     #[test]
     fn a_workspace_never_holds_the_data_directory() {

@@ -2204,6 +2204,10 @@ fn a_refused_exec_is_a_recorded_violation() {
     let (stdout, stderr) = out(&o);
     assert_eq!(o.status.code(), Some(3), "{stdout}{stderr}");
     assert_eq!(stdout, "refused 13\n", "{stderr}");
+    assert!(
+        stderr.contains("capgate: 1 exec was refused in sandbox `exec-pack`:"),
+        "{stderr}"
+    );
     let true_at = std::fs::canonicalize("/bin/true").unwrap();
     assert!(
         stderr.contains(&format!("exec {}: exec_not_granted", true_at.display())),
