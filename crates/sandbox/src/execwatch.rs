@@ -2,15 +2,18 @@
 //! and `execveat` of the sandbox's commands and reports the ones the allowlist does not
 //! grant, so that a refused exec is a recorded capability violation like a refused request.
 //!
-//! It only observes. A seccomp filter installed by the init before its commands exist
-//! (inherited by all of them) hands each exec to the init as a user notification; the init
-//! reads the program's name from the waiting process, resolves it as that process would,
-//! and answers "go on" (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`) whatever it found. Landlock
-//! alone refuses, as before. So a name this module resolves otherwise than the kernel
-//! (a link swapped in between, a path through `/proc/self`, which the init would read as
-//! its own) can at worst cost a record, never an exec, and never grant one. Names it
-//! cannot resolve (missing files, magic links) are not reported: the kernel answers those
-//! with ENOENT or on its own.
+//! It observes, with one exception. A seccomp filter installed by the init before its
+//! commands exist (inherited by all of them) hands each exec to the init as a user
+//! notification; the init reads the program's name from the waiting process, resolves it
+//! as that process would, and answers "go on" (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`)
+//! whatever it found: Landlock alone refuses, as before. So a name this module resolves
+//! otherwise than the kernel (a link swapped in between, a name rewritten by another
+//! thread, a path through `/proc/self`, which the init would read as its own) can at worst
+//! cost a record, never an exec, and never grant one. Names it cannot resolve (missing
+//! files, magic links) are not reported: the kernel answers those with ENOENT or on its
+//! own. The exception: a dynamic loader that Landlock grants only so that listed programs
+//! can be loaded is refused here (EACCES) when it is run by name, since it would run any
+//! readable program; against a workload that races the init, that refusal is best effort.
 //!
 //! Reading a command's memory and descriptors (`/proc/PID/mem`, `/proc/PID/fd`) needs
 //! `CAP_SYS_PTRACE` and, for files of the agent's (0600, 0500), `CAP_DAC_READ_SEARCH`: the

@@ -559,8 +559,8 @@ fn x32_guard() -> BpfProgram {
 
 /// Under an exec allowlist: a program that hands every `execve` and `execveat` (native
 /// numbers) to the init as a user notification, which records one the allowlist does not
-/// grant and lets the kernel go on (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`): Landlock alone
-/// refuses, this only observes. Everything else is allowed here; the other programs judge
+/// grant and lets the kernel go on (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`; see `execwatch`
+/// for the one exec it refuses itself). Everything else is allowed here; the other programs judge
 /// it (another architecture is killed, an x32 number refused, before this one matters).
 pub(crate) fn exec_notifier() -> BpfProgram {
     vec![
