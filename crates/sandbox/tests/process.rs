@@ -398,7 +398,8 @@ fn the_exec_watch_counts_hard_links_late_execs_and_refuses_secret_memory() {
                     .is_ok_and(|m| m.is_file() && m.ino() == perl.ino() && m.dev() == perl.dev())
         })
     });
-    let mut s = setup("exec-watch-edges", WorkspaceMode::Copy);
+    // Mount mode: the host and the process left behind signal each other through files.
+    let mut s = setup("exec-watch-edges", WorkspaceMode::Mount);
     let mut listed = vec![std::path::PathBuf::from("/usr/bin/python3")];
     if twin.is_some() {
         listed.push("/usr/bin/perl".into());
@@ -424,15 +425,20 @@ print("twin", run([twin, "-e", "1"]) if twin else "ran")
 libc = ctypes.CDLL(None, use_errno=True)
 r = libc.syscall(447, 0)
 print("secret", "OK" if r >= 0 else errno.errorcode[ctypes.get_errno()])
-# Left behind: execs once the command has exited.
+# Left behind: execs once the command has exited (when the host says so), then says so.
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         import time
-        time.sleep(0.5)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        while not os.path.exists("/home/agent/workspace/go"):
+            time.sleep(0.02)
         try:
             os.execv("/bin/true", ["true"])
         except OSError:
+            open("/home/agent/workspace/done", "w").close()
             os._exit(0)
     os._exit(0)
 os.wait()
@@ -450,7 +456,11 @@ os.wait()
     }
     // Nothing refused while the command ran.
     assert_eq!(b.sandbox.take_exec_refusals(), (Vec::new(), 0));
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    std::fs::write(s.workspace.join("go"), "").unwrap();
+    assert!(
+        eventually(20, || s.workspace.join("done").exists()),
+        "the process left behind never tried its exec"
+    );
     let (stopped, refused, dropped) = b.sandbox.stop_taking_exec_refusals();
     stopped.unwrap();
     let true_at = std::fs::canonicalize("/bin/true").unwrap();
