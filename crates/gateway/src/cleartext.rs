@@ -59,6 +59,39 @@ impl SentinelScan {
     }
 }
 
+/// One stream's watch: what was sent of it lately, so that a sentinel cut across pieces
+/// is found in the piece that completes it.
+pub(crate) struct Watch<'a> {
+    scan: &'a SentinelScan,
+    /// The stream's last `longest - 1` bytes sent, then the piece being judged.
+    tail: Vec<u8>,
+}
+
+impl<'a> Watch<'a> {
+    pub(crate) fn new(scan: &'a SentinelScan) -> Watch<'a> {
+        Watch {
+            scan,
+            tail: Vec::with_capacity(scan.longest.saturating_sub(1) + CHUNK),
+        }
+    }
+
+    /// Judges the stream's next piece: `Ok` when it may be sent (it completes no sentinel
+    /// with what was sent before it), else the sentinel's service. After a refusal the
+    /// stream must not go on.
+    pub(crate) fn pass(&mut self, piece: &[u8]) -> Result<(), &'a str> {
+        self.tail.extend_from_slice(piece);
+        if let Some(service) = self.scan.find(&self.tail) {
+            return Err(service);
+        }
+        let cut = self
+            .tail
+            .len()
+            .saturating_sub(self.scan.longest.saturating_sub(1));
+        self.tail.drain(..cut);
+        Ok(())
+    }
+}
+
 /// How a watched relay ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Relayed {
@@ -79,11 +112,10 @@ pub(crate) async fn relay(
 ) -> io::Result<Relayed> {
     let (mut client_r, mut client_w) = client.split();
     let (mut up_r, mut up_w) = upstream.split();
-    let keep = scan.longest.saturating_sub(1);
     // What came back so far, for the record of a connection given up mid-stream.
     let down_bytes = AtomicU64::new(0);
     let up = async {
-        let mut tail: Vec<u8> = Vec::with_capacity(keep + CHUNK);
+        let mut watch = Watch::new(scan);
         let mut buf = vec![0u8; CHUNK];
         let mut total = 0u64;
         loop {
@@ -93,14 +125,11 @@ pub(crate) async fn relay(
                 return Ok::<_, io::Error>(Ok(total));
             }
             let piece = buf.get(..n).unwrap_or_default();
-            tail.extend_from_slice(piece);
-            if let Some(service) = scan.find(&tail) {
+            if let Err(service) = watch.pass(piece) {
                 return Ok(Err((service.to_owned(), total)));
             }
             up_w.write_all(piece).await?;
             total += n as u64;
-            let cut = tail.len().saturating_sub(keep);
-            tail.drain(..cut);
         }
     };
     let down = async {
@@ -179,6 +208,58 @@ mod tests {
         );
         assert_eq!(s.find(b"capgate-sentinel-github-"), None);
         assert!(SentinelScan::new(&[]).is_none());
+    }
+
+    proptest::proptest! {
+        /// However a stream is cut into pieces, and wherever a sentinel (in any letter
+        /// case) lies in it, the pieces passed never hold the whole sentinel, and the
+        /// piece refused is the one that completes it; a stream without one passes whole.
+        #[test]
+        fn no_cut_lets_a_whole_sentinel_pass(
+            before in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            after in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100),
+            upper in proptest::prelude::any::<bool>(),
+            leak in proptest::prelude::any::<bool>(),
+            cuts in proptest::collection::vec(1usize..40, 1..40),
+        ) {
+            let s = scan();
+            let sentinel = "capgate-sentinel-npm-ffffffffffffffffffffffffffffffff";
+            let inserted = if upper { sentinel.to_uppercase() } else { sentinel.to_owned() };
+            let mut stream = before.clone();
+            if leak {
+                stream.extend_from_slice(inserted.as_bytes());
+            }
+            stream.extend_from_slice(&after);
+            // The random bytes around it must not hold a sentinel themselves.
+            proptest::prop_assume!(s.find(&before).is_none() && s.find(&after).is_none());
+            let mut watch = Watch::new(&s);
+            let (mut sent, mut at, mut refused) = (Vec::new(), 0usize, None);
+            for cut in cuts.iter().cycle() {
+                if at >= stream.len() {
+                    break;
+                }
+                let piece = &stream[at..(at + cut).min(stream.len())];
+                match watch.pass(piece) {
+                    Ok(()) => sent.extend_from_slice(piece),
+                    Err(service) => {
+                        refused = Some((service, at + piece.len()));
+                        break;
+                    }
+                }
+                at += piece.len();
+            }
+            proptest::prop_assert!(s.find(&sent).is_none());
+            if leak {
+                let end = before.len() + sentinel.len();
+                let (service, upto) = refused.unwrap();
+                proptest::prop_assert_eq!(service, "npm");
+                // Refused by the piece that reaches the sentinel's last byte, not earlier.
+                proptest::prop_assert!(upto >= end && sent.len() < end, "{} {}", upto, sent.len());
+            } else {
+                proptest::prop_assert!(refused.is_none());
+                proptest::prop_assert_eq!(sent, stream);
+            }
+        }
     }
 
     /// Through a real loopback relay: a sentinel cut across the client's writes is not
