@@ -92,7 +92,7 @@ impl ExecWatch {
     /// Call when the listener is readable.
     pub(crate) fn answer(&self) -> Option<ExecRefusal> {
         let notice = sys::receive_notice(self.fd()).ok()?;
-        let judged = with_ptrace(|| Some(self.judge(&notice))).unwrap_or(Judged::Pass);
+        let judged = with_ptrace(|| self.judge(&notice)).unwrap_or(Judged::Pass);
         // An error answering (the process is gone) needs nothing more.
         match judged {
             Judged::Pass => {
@@ -110,11 +110,8 @@ impl ExecWatch {
         }
     }
 
-    fn judge(&self, notice: &Notice) -> Judged {
-        self.judge_name(notice).unwrap_or(Judged::Pass)
-    }
-
-    fn judge_name(&self, notice: &Notice) -> Option<Judged> {
+    /// `None` when the exec cannot be judged (see the module's text).
+    fn judge(&self, notice: &Notice) -> Option<Judged> {
         let (dirfd, name_at, flags) = match notice.nr {
             nr if nr == libc::SYS_execve => (libc::AT_FDCWD, notice.args[0], 0),
             nr if nr == libc::SYS_execveat => (

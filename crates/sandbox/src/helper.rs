@@ -140,6 +140,8 @@ struct HostFacts {
     subuid: Option<String>,
     subgid: Option<String>,
     cgroups: cgroup::Layout,
+    /// The host's `/proc/self/mountinfo`, for the cgroups and the workspace check.
+    mountinfo: String,
     swap_kb: u64,
     host: HostView,
 }
@@ -147,6 +149,7 @@ struct HostFacts {
 impl HostFacts {
     fn read() -> HostFacts {
         let uid = nix::unistd::getuid().as_raw();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         HostFacts {
             uid,
             gid: nix::unistd::getgid().as_raw(),
@@ -154,9 +157,10 @@ impl HostFacts {
             subuid: idmap::read_optional(Path::new("/etc/subuid")),
             subgid: idmap::read_optional(Path::new("/etc/subgid")),
             cgroups: cgroup::Layout::of_host(
-                &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                &mountinfo,
                 &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
             ),
+            mountinfo,
             swap_kb: cgroup::swap_total_kb(
                 &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
             ),
@@ -165,8 +169,8 @@ impl HostFacts {
     }
 }
 
-/// Host-side preparation: directories the mounts need.
-fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
+/// Host-side preparation: directories the mounts need. `mountinfo` is the host's.
+fn prepare_state(spec: &SandboxSpec, mountinfo: &str) -> Result<(), RemoteError> {
     let e = |what: &str, path: &Path, err: std::io::Error| {
         RemoteError::setup(
             Step::StateDir,
@@ -185,8 +189,7 @@ fn prepare_state(spec: &SandboxSpec) -> Result<(), RemoteError> {
     // The workspace is bound (or overlaid) without what is mounted beneath it, which a
     // user namespace refuses (the mounts it inherits are locked together): said plainly,
     // rather than as the kernel's EINVAL at the mount.
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    if let Some(inner) = mount_beneath(&mountinfo, &spec.workspace.host_dir) {
+    if let Some(inner) = mount_beneath(mountinfo, &spec.workspace.host_dir) {
         return Err(RemoteError::setup(
             Step::StateDir,
             format!(
@@ -316,6 +319,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
         subuid,
         subgid,
         cgroups: layout,
+        mountinfo,
         swap_kb,
         host,
     } = facts;
@@ -332,7 +336,7 @@ fn run_helper(ctl: OwnedFd, spec: &SandboxSpec, facts: HostFacts) -> HelperResul
             explanation,
         })
     );
-    tryh!(prepare_state(spec));
+    tryh!(prepare_state(spec, &mountinfo));
 
     // cgroups.
     let limits = spec.limits;

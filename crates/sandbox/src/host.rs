@@ -177,15 +177,31 @@ pub struct Sandbox {
     helper: Option<Child>,
     report: StartReport,
     dialer: Option<Dialer>,
-    /// Execs the allowlist did not grant, as the init reported them (at most
-    /// [`MAX_EXEC_REFUSALS`]), and how many more there were.
-    exec_refusals: Vec<ExecRefusal>,
-    exec_refusals_dropped: u64,
+    /// Execs the allowlist did not grant, as the init reported them.
+    exec_refusals: ExecRefusals,
 }
 
 /// The most exec refusals a sandbox keeps until they are taken; a workload that execs in a
 /// loop makes the rest a count.
 const MAX_EXEC_REFUSALS: usize = 4096;
+
+/// Exec refusals not taken yet: at most [`MAX_EXEC_REFUSALS`], and how many more there
+/// were.
+#[derive(Debug, Default)]
+struct ExecRefusals {
+    kept: Vec<ExecRefusal>,
+    dropped: u64,
+}
+
+impl ExecRefusals {
+    fn keep(&mut self, refusal: ExecRefusal) {
+        if self.kept.len() < MAX_EXEC_REFUSALS {
+            self.kept.push(refusal);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
 
 /// Makes sockets inside a sandbox's network namespace (asked for with
 /// [`SandboxSpec::dialer`]), for the host side of a published port: the sandbox's init
@@ -310,8 +326,7 @@ impl Sandbox {
             helper: Some(child),
             report: StartReport::default(),
             dialer: None,
-            exec_refusals: Vec::new(),
-            exec_refusals_dropped: 0,
+            exec_refusals: ExecRefusals::default(),
         }))
     }
 
@@ -401,7 +416,14 @@ impl Sandbox {
             relays[1].inner_end().unwrap_or(stdout),
             relays[2].inner_end().unwrap_or(stderr),
         ];
-        let ctl = self.ctl()?;
+        // The socket is borrowed as a field, so that refusals can be kept while reading it.
+        let ctl = self
+            .ctl
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or_else(|| SandboxError::Gone {
+                name: self.name.clone(),
+            })?;
         let sent = proto::send(ctl, &Request::Run(wire), &given);
         // The sandbox holds its ends now: the relays see end-of-file (or a closed pipe)
         // when the command and whatever inherited them are gone.
@@ -410,18 +432,12 @@ impl Sandbox {
             .map(Relay::started)
             .collect::<Result<_, _>>()?;
         sent.map_err(gone)?;
-        let (mut refused, mut dropped) = (Vec::new(), 0u64);
-        let room = MAX_EXEC_REFUSALS.saturating_sub(self.exec_refusals.len());
         let reply = loop {
             match proto::recv::<Reply>(ctl) {
-                Ok(Some((Reply::ExecRefused(refusal), _))) if refused.len() < room => {
-                    refused.push(refusal)
-                }
-                Ok(Some((Reply::ExecRefused(_), _))) => dropped += 1,
+                Ok(Some((Reply::ExecRefused(refusal), _))) => self.exec_refusals.keep(refusal),
                 other => break other,
             }
         };
-        self.keep_exec_refusals(refused, dropped);
         let reply = reply.map_err(gone)?;
         for relay in outputs {
             relay.finish();
@@ -438,14 +454,6 @@ impl Sandbox {
                 name: self.name.clone(),
             }),
         }
-    }
-
-    /// Keeps exec refusals up to [`MAX_EXEC_REFUSALS`], counting the rest.
-    fn keep_exec_refusals(&mut self, refused: Vec<ExecRefusal>, dropped: u64) {
-        let room = MAX_EXEC_REFUSALS.saturating_sub(self.exec_refusals.len());
-        let over = refused.len().saturating_sub(room);
-        self.exec_refusals.extend(refused.into_iter().take(room));
-        self.exec_refusals_dropped += dropped + over as u64;
     }
 
     /// Stops the sandbox like [`Sandbox::stop`] and returns the exec refusals not taken
@@ -468,10 +476,8 @@ impl Sandbox {
     /// The execs an exec allowlist did not grant since the last call (the sandbox's
     /// [`SandboxSpec::exec_only`]), in order, and how many more were not kept.
     pub fn take_exec_refusals(&mut self) -> (Vec<ExecRefusal>, u64) {
-        (
-            std::mem::take(&mut self.exec_refusals),
-            std::mem::take(&mut self.exec_refusals_dropped),
-        )
+        let taken = std::mem::take(&mut self.exec_refusals);
+        (taken.kept, taken.dropped)
     }
 
     /// Kills everything inside and removes the cgroup. No process of the sandbox survives.
@@ -489,7 +495,7 @@ impl Sandbox {
                 // command's `Exited`); then the stream ends.
                 while let Ok(Some((reply, _))) = proto::recv::<Reply>(ctl.as_fd()) {
                     if let Reply::ExecRefused(refusal) = reply {
-                        self.keep_exec_refusals(vec![refusal], 0);
+                        self.exec_refusals.keep(refusal);
                     }
                 }
             }

@@ -40,7 +40,7 @@ pub(crate) struct Linux {
     /// inherited by each command.
     pub seccomp: Option<crate::seccomp::Programs>,
     /// What an exec allowlist grants, canonical (made by `Effect::PrepareLandlock`),
-    /// without the dynamic loaders granted only for loading ([`elf_loaders`]).
+    /// without the dynamic loaders granted only for loading ([`ExecGrants::loaders`]).
     pub exec_granted: Vec<PathBuf>,
     /// Those loaders, canonical: run by name, they are refused.
     pub exec_loaders: Vec<PathBuf>,
@@ -404,16 +404,29 @@ fn handled_fs() -> BitFlags<AccessFs> {
         | AccessFs::Truncate
 }
 
+/// What an exec allowlist lets run ([`exec_grants`]).
+#[derive(Debug, Default)]
+struct ExecGrants {
+    /// Each listed path, and the interpreters granted with them.
+    programs: Vec<PathBuf>,
+    /// Of those interpreters, the dynamic loaders: the `PT_INTERP` files of ELF programs.
+    /// Landlock must grant a loader, or no dynamically linked program could start, yet
+    /// the kernel loads it without an `execve` of its own; an `execve` of it by name runs
+    /// any readable program (`ld.so /bin/sh`), so the init's exec watch refuses that,
+    /// unless the list names the loader itself (see `PrepareLandlock`).
+    loaders: Vec<PathBuf>,
+}
+
 /// The programs an exec allowlist lets run: each listed path, and for each listed file the
 /// interpreter it names, and that one's own (a script's `#!` interpreter is itself an ELF
 /// program with a loader), each only if it is a regular file. Read in the sandbox's own
 /// view of the files; the listed paths are never beneath a place the workload can write
 /// (`SandboxSpec::validate`), so it cannot choose what they name.
-fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
+fn exec_grants(roots: &[PathBuf]) -> ExecGrants {
+    let mut out = ExecGrants::default();
     let mut queue: Vec<(PathBuf, u8)> = roots.iter().map(|r| (r.clone(), 0)).collect();
     while let Some((path, depth)) = queue.pop() {
-        if out.contains(&path) {
+        if out.programs.contains(&path) {
             continue;
         }
         // A named interpreter is granted only as the regular file it is (never a directory
@@ -429,35 +442,13 @@ fn exec_grants(roots: &[PathBuf]) -> Vec<PathBuf> {
             let mut head = Vec::new();
             let _ = std::io::Read::take(file, crate::elf::HEAD_LEN as u64).read_to_end(&mut head);
             if let Some(interp) = crate::elf::interpreter(&head) {
+                if head.starts_with(b"\x7fELF") && !out.loaders.contains(&interp) {
+                    out.loaders.push(interp.clone());
+                }
                 queue.push((interp, depth + 1));
             }
         }
-        out.push(path);
-    }
-    out
-}
-
-/// Of `grants` (from [`exec_grants`]), the dynamic loaders: the `PT_INTERP` files of ELF
-/// programs. Landlock must grant a loader, or no dynamically linked program could start,
-/// yet the kernel loads it without an `execve` of its own; an `execve` of it by name runs
-/// any readable program (`ld.so /bin/sh`), so the init's exec watch refuses that, unless
-/// the list names the loader itself (see `PrepareLandlock`).
-fn elf_loaders(grants: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for g in grants {
-        let Ok(file) = std::fs::File::open(g) else {
-            continue;
-        };
-        let mut head = Vec::new();
-        let _ = std::io::Read::take(file, crate::elf::HEAD_LEN as u64).read_to_end(&mut head);
-        if !head.starts_with(b"\x7fELF") {
-            continue;
-        }
-        if let Some(loader) = crate::elf::interpreter(&head)
-            && !out.contains(&loader)
-        {
-            out.push(loader);
-        }
+        out.programs.push(path);
     }
     out
 }
@@ -466,7 +457,8 @@ fn landlock_error(e: impl std::fmt::Display) -> io::Error {
     other(format!("landlock: {e}"))
 }
 
-fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
+/// The ruleset for `rules`, whose exec allowlist grants `programs` ([`exec_grants`]).
+fn build_landlock(rules: &LandlockRules, programs: &[PathBuf]) -> io::Result<RulesetCreated> {
     let handled = match rules.exec_roots {
         Some(_) => handled_fs() | AccessFs::Execute,
         None => handled_fs(),
@@ -504,8 +496,8 @@ fn build_landlock(rules: &LandlockRules) -> io::Result<RulesetCreated> {
             ))
             .map_err(landlock_error)?;
     }
-    for program in exec_grants(rules.exec_roots.as_deref().unwrap_or_default()) {
-        let fd = PathFd::new(&program)
+    for program in programs {
+        let fd = PathFd::new(program)
             .map_err(|e| landlock_error(format!("`{}`: {e}", program.display())))?;
         created = created
             .add_rule(PathBeneath::new(fd, AccessFs::Execute))
@@ -906,11 +898,11 @@ impl Kernel for Linux {
                 // for the init and every command (`Effect::Seccomp` installs them).
                 self.seccomp =
                     Some(crate::seccomp::compile(rules.exec_roots.is_some()).map_err(other)?);
-                let ruleset = build_landlock(rules)?;
-                // For the exec watch: what the list grants, and the loaders it does not
-                // name (a loader beneath a listed directory, or listed, is the list's).
                 let roots = rules.exec_roots.as_deref().unwrap_or_default();
                 let grants = exec_grants(roots);
+                let ruleset = build_landlock(rules, &grants.programs)?;
+                // For the exec watch: what the list grants, and the loaders it does not
+                // name (a loader beneath a listed directory, or listed, is the list's).
                 let canonical = |paths: &[PathBuf]| -> Vec<PathBuf> {
                     paths
                         .iter()
@@ -918,11 +910,11 @@ impl Kernel for Linux {
                         .collect()
                 };
                 let listed = canonical(roots);
-                self.exec_loaders = canonical(&elf_loaders(&grants))
+                self.exec_loaders = canonical(&grants.loaders)
                     .into_iter()
                     .filter(|l| !crate::execwatch::is_granted(l, &listed))
                     .collect();
-                self.exec_granted = canonical(&grants)
+                self.exec_granted = canonical(&grants.programs)
                     .into_iter()
                     .filter(|g| !self.exec_loaders.contains(g))
                     .collect();
@@ -1051,10 +1043,13 @@ mod tests {
             return; // nothing to probe on a kernel without Landlock
         }
         let (granted, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let ruleset = build_landlock(&LandlockRules {
-            write_roots: vec![granted.path().to_path_buf()],
-            ..LandlockRules::default()
-        })
+        let ruleset = build_landlock(
+            &LandlockRules {
+                write_roots: vec![granted.path().to_path_buf()],
+                ..LandlockRules::default()
+            },
+            &[],
+        )
         .unwrap();
         let report = probe_landlock(&ruleset).unwrap();
         assert_ne!(report.enforcement, LandlockEnforcement::NotEnforced);
@@ -1077,9 +1072,6 @@ mod tests {
         write_in(other_dir.path()).unwrap();
     }
 
-    /// A listed script's `#!` line adds its interpreter when that is a regular file, and
-    /// nothing when it names a directory (which would grant everything beneath it) or
-    /// nothing at all.
     #[test]
     fn the_loaders_are_the_elf_programs_interpreters_only() {
         let dir = tempfile::tempdir().unwrap();
@@ -1089,20 +1081,25 @@ mod tests {
         // The script's interpreter (`/usr/bin/env`) is granted, and its loader with it;
         // only the loader is one.
         assert!(
-            grants.contains(&PathBuf::from("/usr/bin/env")),
+            grants.programs.contains(&PathBuf::from("/usr/bin/env")),
             "{grants:?}"
         );
-        let loaders = elf_loaders(&grants);
+        let loaders = &grants.loaders;
         assert_eq!(loaders.len(), 1, "{loaders:?}");
         assert!(
             loaders[0].to_string_lossy().contains("ld-linux"),
             "{loaders:?}"
         );
-        assert!(grants.contains(&loaders[0]), "{grants:?}");
-        // A program without a loader (a script alone, missing interpreters) has none.
-        assert!(elf_loaders(&[script]).is_empty());
+        assert!(grants.programs.contains(&loaders[0]), "{grants:?}");
+        // A program without a loader (a script whose interpreter is missing) has none.
+        let alone = dir.path().join("alone");
+        std::fs::write(&alone, "#!/no/such/interpreter\n").unwrap();
+        assert!(exec_grants(&[alone]).loaders.is_empty());
     }
 
+    /// A listed script's `#!` line adds its interpreter when that is a regular file, and
+    /// nothing when it names a directory (which would grant everything beneath it) or
+    /// nothing at all.
     #[test]
     fn a_named_interpreter_is_granted_only_as_a_regular_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -1115,7 +1112,7 @@ mod tests {
         };
         let to_file = script("to-file", interp.display().to_string());
         assert_eq!(
-            exec_grants(std::slice::from_ref(&to_file)),
+            exec_grants(std::slice::from_ref(&to_file)).programs,
             [to_file, interp.clone()]
         );
         for (name, line) in [
@@ -1128,11 +1125,11 @@ mod tests {
         ] {
             let path = script(name, line);
             let listed = vec![path];
-            assert_eq!(exec_grants(&listed), listed, "{name}");
+            assert_eq!(exec_grants(&listed).programs, listed, "{name}");
         }
         // A listed directory stays granted as itself (the list's own choice).
         assert_eq!(
-            exec_grants(&[dir.path().to_path_buf()]),
+            exec_grants(&[dir.path().to_path_buf()]).programs,
             [dir.path().to_path_buf()]
         );
     }
