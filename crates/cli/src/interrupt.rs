@@ -1,4 +1,5 @@
-//! SIGINT, SIGTERM and SIGHUP during `capgate run`.
+//! SIGINT, SIGTERM and SIGHUP during `capgate run` (and SIGWINCH, passed on to the command's
+//! terminal).
 //!
 //! A Ctrl-C, a closed terminal or a service manager must end the run the way any other end
 //! does: the sandbox stopped, copy-back finished, the audit log flushed, an ephemeral
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context as _, Result};
-use capgate_sandbox::Stopper;
+use capgate_sandbox::{Stopper, WindowWatch};
 use rustix::process::Signal;
 
 /// Where the run is, as far as a signal is concerned.
@@ -30,6 +31,8 @@ pub struct Interrupt {
     /// The first signal's number, 0 before one came.
     signal: AtomicI32,
     stage: Mutex<Stage>,
+    /// Told of `SIGWINCH`, so that a command's terminal takes the window's new size.
+    window: Mutex<Option<WindowWatch>>,
 }
 
 impl Interrupt {
@@ -39,6 +42,7 @@ impl Interrupt {
         let interrupt = Arc::new(Interrupt {
             signal: AtomicI32::new(0),
             stage: Mutex::new(Stage::Starting),
+            window: Mutex::new(None),
         });
         let (ready, registered) = std::sync::mpsc::channel();
         let shared = Arc::clone(&interrupt);
@@ -61,10 +65,14 @@ impl Interrupt {
                         signal(SignalKind::interrupt()),
                         signal(SignalKind::terminate()),
                         signal(SignalKind::hangup()),
+                        signal(SignalKind::window_change()),
                     );
-                    let (mut int, mut term, mut hup) = match streams {
-                        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-                        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    let (mut int, mut term, mut hup, mut winch) = match streams {
+                        (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+                        (Err(e), _, _, _)
+                        | (_, Err(e), _, _)
+                        | (_, _, Err(e), _)
+                        | (_, _, _, Err(e)) => {
                             let _ = ready.send(Err(e));
                             return;
                         }
@@ -75,6 +83,10 @@ impl Interrupt {
                             _ = int.recv() => ("SIGINT", Signal::INT),
                             _ = term.recv() => ("SIGTERM", Signal::TERM),
                             _ = hup.recv() => ("SIGHUP", Signal::HUP),
+                            _ = winch.recv() => {
+                                shared.window_changed();
+                                continue;
+                            }
                         };
                         shared.received(name, number.as_raw());
                     }
@@ -119,6 +131,17 @@ impl Interrupt {
             stopper.stop();
         }
         *stage = Stage::Running(stopper);
+    }
+
+    /// From now on a change of the window's size is passed on to `watch`.
+    pub fn watch_window(&self, watch: WindowWatch) {
+        *self.window.lock().unwrap_or_else(PoisonError::into_inner) = Some(watch);
+    }
+
+    fn window_changed(&self) {
+        if let Some(watch) = &*self.window.lock().unwrap_or_else(PoisonError::into_inner) {
+            watch.window_changed();
+        }
     }
 
     /// The sandbox is about to be reaped: no signal may use its helper's pid any more.

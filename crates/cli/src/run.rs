@@ -879,6 +879,7 @@ fn run_provisioned(
     if let Some(stopper) = sandbox.stopper() {
         interrupt.arm(stopper);
     }
+    interrupt.watch_window(sandbox.window_watch());
 
     // Install hooks under install grants, then runtime grants for everything else.
     let mut code = exit::OK;

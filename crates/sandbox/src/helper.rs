@@ -5,7 +5,8 @@
 //! caller (capgate, maybe multithreaded)
 //!   └─ helper: cgroup, clone(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS), id maps, waits, cleans up
 //!        └─ init (pid 1): builds the root, listeners, hardens itself, then serves Run requests
-//!             └─ command: setsid, stdio, ids, caps cleared, seccomp, execve
+//!             └─ command: setsid, stdio (a pty of the sandbox's own for a caller's terminal,
+//!                  its controlling terminal), ids, caps cleared, seccomp, execve
 //! ```
 //! The caller talks to the init directly over the control socket (the helper closes its
 //! copy once the init runs). The caller's death closes the socket: the init exits, and the
@@ -35,8 +36,8 @@ use crate::plan::{self, HostView};
 use crate::proto::{self, Reply, Request, WireCommand};
 use crate::report::{LandlockEnforcement, StartReport};
 use crate::spec::{
-    ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec, VolumeSource,
-    WorkspaceMode,
+    AGENT_ID, ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec, User,
+    VolumeSource, WorkspaceMode,
 };
 use crate::sys::{self, Forked};
 
@@ -821,6 +822,47 @@ fn answer_pending_execs(ctl: BorrowedFd<'_>, watch: &crate::execwatch::ExecWatch
     }
 }
 
+/// The command's stdin, stdout and stderr: the descriptors attached, in order, with a
+/// terminal of the sandbox's own where the caller's was a terminal (never handed in); and
+/// that terminal's controlling side, for the caller.
+fn command_stdio(
+    cmd: &WireCommand,
+    fds: Vec<OwnedFd>,
+) -> Result<([OwnedFd; 3], Option<OwnedFd>), String> {
+    let Some(t) = cmd.terminal else {
+        let stdio = fds
+            .try_into()
+            .map_err(|_| "expected three descriptors for stdio".to_string())?;
+        return Ok((stdio, None));
+    };
+    let expected = t.stdio.iter().filter(|&&is| !is).count();
+    if fds.len() != expected {
+        return Err(format!(
+            "expected {expected} descriptors for stdio beside the terminal"
+        ));
+    }
+    let id = match cmd.user {
+        User::Root => 0,
+        User::Agent => AGENT_ID,
+    };
+    let (master, terminal) = crate::linux::open_terminal(id, t.rows, t.cols)
+        .map_err(|e| format!("cannot open a terminal: {e}"))?;
+    let mut attached = fds.into_iter();
+    let mut next = |is_terminal: bool| -> Result<OwnedFd, String> {
+        if is_terminal {
+            terminal
+                .try_clone()
+                .map_err(|e| format!("cannot open a terminal: {e}"))
+        } else {
+            attached
+                .next()
+                .ok_or_else(|| "a stdio descriptor is missing".to_string())
+        }
+    };
+    let stdio = [next(t.stdio[0])?, next(t.stdio[1])?, next(t.stdio[2])?];
+    Ok((stdio, Some(master)))
+}
+
 fn not_started(cmd: &WireCommand, message: &str) -> Reply {
     Reply::NotStarted {
         program: cmd.argv.first().cloned().unwrap_or_default(),
@@ -839,16 +881,18 @@ fn spawn(
     if cmd.argv.is_empty() {
         return Err("empty command".into());
     }
-    let stdio: [OwnedFd; 3] = fds
-        .try_into()
-        .map_err(|_| "expected three descriptors for stdio".to_string())?;
+    let (stdio, master) = command_stdio(cmd, fds)?;
     let raw = [
         stdio[0].as_raw_fd(),
         stdio[1].as_raw_fd(),
         stdio[2].as_raw_fd(),
     ];
     let env = plan::command_env(base_env, &cmd.env);
-    let effects = plan::command_effects(&cmd.argv, &env, cmd.user, &cmd.cwd, raw);
+    let terminal = cmd
+        .terminal
+        .and_then(|t| t.stdio.iter().position(|&is| is))
+        .and_then(|i| i32::try_from(i).ok());
+    let effects = plan::command_effects(&cmd.argv, &env, cmd.user, &cmd.cwd, raw, terminal);
     let (mut err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map(|(r, w)| (std::fs::File::from(r), std::fs::File::from(w)))
         .map_err(|e| format!("pipe: {e}"))?;
@@ -905,6 +949,12 @@ fn spawn(
             let mut message = String::new();
             let _ = err_r.read_to_string(&mut message);
             if message.is_empty() {
+                // The caller relays the terminal; the init keeps no end of it.
+                if let Some(master) = master
+                    && proto::send(ctl, &Reply::Terminal, &[master.as_fd()]).is_err()
+                {
+                    sys::exit_immediately(0);
+                }
                 Ok(pid)
             } else {
                 let _ = nix::sys::wait::waitpid(pid, None);

@@ -6,10 +6,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use crate::error::SandboxError;
 use crate::helper::CTL_FD;
-use crate::proto::{self, Reply, Request, WireCommand};
+use crate::proto::{self, Reply, Request, WireCommand, WireTerminal};
 use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{HelperCommand, ListenerKind, RunCommand, SandboxSpec};
 use crate::sys;
+use crate::terminal::{CallerTerminal, TerminalRelay, WindowWatch};
 
 /// Which way a relayed descriptor's bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +25,8 @@ enum Direction {
 /// descriptor would give the workload its host object: a regular file can be reopened
 /// through `/proc/self/fd` (reading what the file held before) and chmod'ed, a device such
 /// as `/dev/null` too (as root, the agent is the host's root, its owner). Pipes and sockets
-/// are handed over as they are (nothing to reopen or chmod), and so are terminals, which
-/// interactive programs need as such (see ARCHITECTURE.md for what that leaves).
+/// are handed over as they are (nothing to reopen or chmod). A terminal is never handed
+/// over: the command gets one of the sandbox's own (`terminal`).
 #[derive(Debug)]
 enum Relay {
     /// Handed over as it is.
@@ -51,10 +52,7 @@ impl Relay {
             nix::sys::stat::fstat(fd).map_err(|e| os("stat a stdio descriptor")(e.into()))?;
         let kind =
             nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT;
-        if kind == nix::sys::stat::SFlag::S_IFIFO
-            || kind == nix::sys::stat::SFlag::S_IFSOCK
-            || nix::unistd::isatty(fd).unwrap_or(false)
-        {
+        if kind == nix::sys::stat::SFlag::S_IFIFO || kind == nix::sys::stat::SFlag::S_IFSOCK {
             return Ok(Relay::Direct);
         }
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -179,6 +177,12 @@ pub struct Sandbox {
     dialer: Option<Dialer>,
     /// Execs the allowlist did not grant, as the init reported them.
     exec_refusals: ExecRefusals,
+    /// Told of the caller's window size changes; its pipe's read end until the first
+    /// command with a terminal starts the relay.
+    window: WindowWatch,
+    window_changes: Option<OwnedFd>,
+    /// The relay of the commands' terminals, from the first command that has one.
+    terminal: Option<TerminalRelay>,
 }
 
 /// The most exec refusals a sandbox keeps until they are taken; a workload that execs in a
@@ -320,6 +324,8 @@ impl Sandbox {
             source,
         })?;
         drop(theirs);
+        let (window_changes, window) =
+            crate::terminal::window_pipe().map_err(os("making the terminal's window pipe"))?;
         Ok(Prepared(Sandbox {
             name: String::new(),
             ctl: Some(ours),
@@ -327,6 +333,9 @@ impl Sandbox {
             report: StartReport::default(),
             dialer: None,
             exec_refusals: ExecRefusals::default(),
+            window,
+            window_changes: Some(window_changes),
+            terminal: None,
         }))
     }
 
@@ -338,6 +347,12 @@ impl Sandbox {
     ) -> Result<(Sandbox, Vec<OwnedFd>), SandboxError> {
         spec.validate()?;
         Sandbox::prepare(helper)?.start(spec)
+    }
+
+    /// Tells the sandbox when the caller's window changes size (call it on `SIGWINCH`), so
+    /// that a command's terminal follows.
+    pub fn window_watch(&self) -> WindowWatch {
+        self.window.clone()
     }
 
     /// What the start established (Landlock status, cgroups, warnings).
@@ -398,24 +413,48 @@ impl Sandbox {
             .as_ref()
             .map(AsFd::as_fd)
             .unwrap_or_else(|| own_err.as_fd());
+        let stdio = [stdin, stdout, stderr];
+        let terminal = CallerTerminal::of(stdio);
+        let is_terminal = terminal.map_or([false; 3], |t| t.stdio);
         let wire = WireCommand {
             argv: cmd.argv.clone(),
             env: cmd.env.clone(),
             user: cmd.user,
             cwd: cmd.cwd.clone(),
+            terminal: terminal.map(|t| WireTerminal {
+                stdio: t.stdio,
+                rows: t.rows,
+                cols: t.cols,
+            }),
         };
         let name = self.name.clone();
         let gone = |_| SandboxError::Gone { name: name.clone() };
-        let relays = [
-            Relay::for_fd(stdin, Direction::In)?,
-            Relay::for_fd(stdout, Direction::Out)?,
-            Relay::for_fd(stderr, Direction::Out)?,
-        ];
-        let given = [
-            relays[0].inner_end().unwrap_or(stdin),
-            relays[1].inner_end().unwrap_or(stdout),
-            relays[2].inner_end().unwrap_or(stderr),
-        ];
+        // The terminals are not handed over (the command gets its own): the other
+        // descriptors are, in order.
+        let directions = [Direction::In, Direction::Out, Direction::Out];
+        let mut relays = Vec::with_capacity(3);
+        for ((fd, direction), is_terminal) in stdio.into_iter().zip(directions).zip(is_terminal) {
+            if !is_terminal {
+                relays.push((fd, Relay::for_fd(fd, direction)?));
+            }
+        }
+        let given: Vec<BorrowedFd<'_>> = relays
+            .iter()
+            .map(|(fd, relay)| relay.inner_end().unwrap_or(*fd))
+            .collect();
+        if let Some(t) = &terminal {
+            if self.terminal.is_none()
+                && let Some(changes) = self.window_changes.take()
+            {
+                self.terminal = Some(
+                    TerminalRelay::start(stdio, t, changes, &self.window)
+                        .map_err(os("relay the terminal"))?,
+                );
+            }
+            if let Some(relay) = &self.terminal {
+                relay.raw().map_err(os("put the terminal in raw mode"))?;
+            }
+        }
         // The socket is borrowed as a field, so that refusals can be kept while reading it.
         let ctl = self
             .ctl
@@ -429,16 +468,32 @@ impl Sandbox {
         // when the command and whatever inherited them are gone.
         let outputs: Vec<Relay> = relays
             .into_iter()
-            .map(Relay::started)
+            .map(|(_, relay)| relay.started())
             .collect::<Result<_, _>>()?;
-        sent.map_err(gone)?;
-        let reply = loop {
-            match proto::recv::<Reply>(ctl) {
-                Ok(Some((Reply::ExecRefused(refusal), _))) => self.exec_refusals.keep(refusal),
-                other => break other,
+        let reply = sent.map_err(gone).and_then(|()| {
+            loop {
+                match proto::recv::<Reply>(ctl) {
+                    Ok(Some((Reply::ExecRefused(refusal), _))) => self.exec_refusals.keep(refusal),
+                    Ok(Some((Reply::Terminal, mut fds))) => {
+                        let relay = self.terminal.as_mut();
+                        if let (Some(relay), Some(master), true) =
+                            (relay, fds.pop(), fds.is_empty())
+                        {
+                            relay
+                                .attach(master)
+                                .map_err(os("relay the command's terminal"))?;
+                        }
+                    }
+                    other => break other.map_err(gone),
+                }
             }
-        };
-        let reply = reply.map_err(gone)?;
+        });
+        // Whatever the outcome, the caller's terminal is itself again.
+        if let Some(relay) = self.terminal.as_ref().filter(|_| terminal.is_some()) {
+            relay.detach();
+            relay.cooked();
+        }
+        let reply = reply?;
         for relay in outputs {
             relay.finish();
         }
@@ -507,6 +562,10 @@ impl Sandbox {
                 .unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)),
             None => ExitStatus::from_raw(0),
         };
+        // Nothing inside holds a terminal now: the last of the output is copied out.
+        if let Some(relay) = self.terminal.take() {
+            relay.finish();
+        }
         // The helper removes the cgroups; if it was killed, they are empty now (its death
         // took the init and the whole pid namespace with it) and removed here.
         // A cgroup is busy until the kernel has finished tearing down its last process,

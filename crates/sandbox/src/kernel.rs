@@ -176,6 +176,9 @@ pub(crate) enum Effect {
     ResetSignals,
     /// `dup2` the three fds onto 0, 1, 2.
     Stdio([RawFd; 3]),
+    /// `TIOCSCTTY`: the terminal on this fd (a pty of the sandbox's own) becomes the new
+    /// session's controlling terminal, with the command's process group in the foreground.
+    ControllingTerminal(RawFd),
     /// Mark every fd ≥ 3 close-on-exec.
     CloseOnExecFrom3,
     /// Enter the Landlock ruleset prepared by the init.

@@ -9,7 +9,9 @@
 //! hardens itself (non-dumpable, empty bounding set, `no_new_privs`, only `CAP_SETUID` and
 //! `CAP_SETGID` left permitted and none effective, seccomp), prepares the Landlock ruleset,
 //! and runs commands on request. Each command: new session, Landlock, ids (agent 1000 or
-//! root 0 inside), every capability cleared, seccomp, `execve`.
+//! root 0 inside), every capability cleared, seccomp, `execve`. A caller's terminal is
+//! never handed in: the command gets a pty of the sandbox's own as its controlling
+//! terminal, which the caller relays (the `terminal` module).
 //!
 //! The sandbox dies with the caller (its control socket closes, pid 1 exits, the kernel
 //! kills the pid namespace), with the helper (`PR_SET_PDEATHSIG` on the init, plus a pipe
@@ -53,6 +55,7 @@ mod spec;
     reason = "the one module that makes raw system calls (clone, fork, ioctl, fd handover); each block has a SAFETY comment"
 )]
 mod sys;
+mod terminal;
 
 pub use error::{SandboxError, Step};
 pub use helper::helper_main;
@@ -66,3 +69,4 @@ pub use spec::{
     ListenerKind, ListenerSpec, OVERLAY_UPPER, RunCommand, SandboxSpec, User, VolumeMount,
     VolumeSource, WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
 };
+pub use terminal::WindowWatch;

@@ -276,6 +276,63 @@ impl Linux {
     }
 }
 
+/// Opens a pseudo-terminal in the sandbox's own `devpts` (the init's `/dev/ptmx`) for a
+/// command that runs as `id` (its uid and gid): the controlling side and the terminal,
+/// sized `rows` × `cols`. The terminal's node belongs to the command's user, as `login`
+/// would make it: the init opens the multiplexer with that filesystem identity.
+pub(crate) fn open_terminal(id: u32, rows: u16, cols: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::pty::{OpenptFlags, ioctl_tiocgptpeer, openpt, unlockpt};
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    let master = as_filesystem_user(id, || openpt(flags).map_err(io::Error::from))
+        .map_err(|e| io::Error::new(e.kind(), format!("open /dev/ptmx: {e}")))?;
+    unlockpt(&master).map_err(|e| io::Error::new(e.kind(), format!("unlock the pty: {e}")))?;
+    let size = rustix::termios::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    rustix::termios::tcsetwinsize(&master, size)
+        .map_err(|e| io::Error::new(e.kind(), format!("size the pty: {e}")))?;
+    // From the controlling side, never by its name under /dev/pts.
+    let terminal = ioctl_tiocgptpeer(&master, flags)
+        .map_err(|e| io::Error::new(e.kind(), format!("open the pty's terminal: {e}")))?;
+    Ok((master, terminal))
+}
+
+/// Runs `f` with the filesystem uid and gid `id` (the init is single-threaded, and these
+/// are per thread), then takes 0 back; `CAP_SETUID` and `CAP_SETGID` are effective only
+/// meanwhile.
+fn as_filesystem_user<T>(id: u32, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).map_err(caps_err)?;
+    caps::raise(None, CapSet::Effective, Capability::CAP_SETGID).map_err(caps_err)?;
+    let switch = |to: u32| {
+        nix::unistd::setfsgid(Gid::from_raw(to));
+        nix::unistd::setfsuid(Uid::from_raw(to));
+        // Both calls answer the previous identity, never an error: asked again, they say
+        // whether the switch took.
+        let (g, u) = (
+            nix::unistd::setfsgid(Gid::from_raw(to)),
+            nix::unistd::setfsuid(Uid::from_raw(to)),
+        );
+        (g.as_raw() == to && u.as_raw() == to)
+            .then_some(())
+            .ok_or_else(|| other(format!("cannot take the filesystem identity {to}")))
+    };
+    let result = switch(id).and_then(|()| f());
+    let back = switch(0).and_then(|()| {
+        caps::drop(None, CapSet::Effective, Capability::CAP_SETUID)
+            .and_then(|()| caps::drop(None, CapSet::Effective, Capability::CAP_SETGID))
+            .map_err(caps_err)
+    });
+    // The init must not go on as another user or with capabilities raised: it ends, and
+    // the sandbox with it.
+    if back.is_err() {
+        sys::exit_immediately(1);
+    }
+    result
+}
+
 /// `mkdir` of `path` beneath `root` (through descriptors, never following a link), then
 /// the directory opened again by name from its parent's descriptor, so that a link someone
 /// swapped in is refused: the directory and whether this call made it.
@@ -999,6 +1056,17 @@ impl Kernel for Linux {
                 nix::unistd::dup2_stdin(&stdin).map_err(io::Error::from)?;
                 nix::unistd::dup2_stdout(&stdout).map_err(io::Error::from)?;
                 nix::unistd::dup2_stderr(&stderr).map_err(io::Error::from)?;
+            }
+            Effect::ControllingTerminal(fd) => {
+                use std::os::fd::AsFd as _;
+                let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+                let fd = match fd {
+                    0 => stdin.as_fd(),
+                    1 => stdout.as_fd(),
+                    2 => stderr.as_fd(),
+                    _ => return Err(other("a controlling terminal is one of fds 0, 1, 2")),
+                };
+                rustix::process::ioctl_tiocsctty(fd).map_err(io::Error::from)?;
             }
             Effect::CloseOnExecFrom3 => sys::cloexec_from_3()?,
             Effect::RaiseSetIdCapabilities => {

@@ -1015,13 +1015,14 @@ pub(crate) fn command_effects(
     user: User,
     cwd: &Path,
     stdio: [i32; 3],
+    terminal: Option<i32>,
 ) -> Vec<Effect> {
     let id = match user {
         User::Root => 0,
         User::Agent => AGENT_ID,
     };
     let program = argv.first().cloned().unwrap_or_default();
-    vec![
+    let mut effects = vec![
         Effect::NewSession,
         // Under memory pressure the kernel kills a command before the init: tmpfs pages
         // belong to no process, so by size alone the init could be chosen, ending the run.
@@ -1031,6 +1032,10 @@ pub(crate) fn command_effects(
         Effect::OomScoreAdj(COMMAND_OOM_SCORE_ADJ),
         Effect::ResetSignals,
         Effect::Stdio(stdio),
+    ];
+    // Its own session's controlling terminal: job control and Ctrl-C act inside.
+    effects.extend(terminal.map(Effect::ControllingTerminal));
+    effects.extend([
         Effect::CloseOnExecFrom3,
         Effect::EnterLandlock,
         Effect::RaiseSetIdCapabilities,
@@ -1043,7 +1048,8 @@ pub(crate) fn command_effects(
             argv: argv.to_vec(),
             env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         },
-    ]
+    ]);
+    effects
 }
 
 #[cfg(test)]
@@ -1361,6 +1367,7 @@ mod tests {
             User::Agent,
             Path::new("/"),
             [5, 6, 7],
+            None,
         );
         let n = fx.len();
         assert!(matches!(fx[n - 1], Effect::Exec { .. }));
@@ -1382,12 +1389,42 @@ mod tests {
         let cloexec = position(&fx, |e| matches!(e, Effect::CloseOnExecFrom3));
         assert!(raise < ids && ids < clear && clear < n - 2);
         assert!(stdio < cloexec && fx[0] == Effect::NewSession);
-        let root = command_effects(&["true".into()], &[], User::Root, Path::new("/"), [0, 1, 2]);
+        assert!(
+            !fx.iter()
+                .any(|e| matches!(e, Effect::ControllingTerminal(_)))
+        );
+        let root = command_effects(
+            &["true".into()],
+            &[],
+            User::Root,
+            Path::new("/"),
+            [0, 1, 2],
+            None,
+        );
         assert!(root.contains(&Effect::SetIds { uid: 0, gid: 0 }));
         assert!(
             root.contains(&Effect::ClearCapabilities),
             "root inside keeps no capability either"
         );
+    }
+
+    /// A command given a terminal makes it its session's controlling terminal once it is
+    /// on its stdio: after `setsid` and `dup2`, before it drops its identity.
+    #[test]
+    fn a_command_with_a_terminal_takes_it_as_controlling_terminal_of_its_new_session() {
+        let fx = command_effects(
+            &["sh".into()],
+            &[],
+            User::Agent,
+            Path::new("/"),
+            [5, 6, 7],
+            Some(0),
+        );
+        let session = position(&fx, |e| matches!(e, Effect::NewSession));
+        let stdio = position(&fx, |e| matches!(e, Effect::Stdio(_)));
+        let ctty = position(&fx, |e| *e == Effect::ControllingTerminal(0));
+        let ids = position(&fx, |e| matches!(e, Effect::SetIds { .. }));
+        assert!(session < stdio && stdio < ctty && ctty < ids, "{fx:?}");
     }
 
     #[test]

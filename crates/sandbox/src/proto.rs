@@ -47,6 +47,20 @@ pub(crate) struct WireCommand {
     pub env: Vec<(String, String)>,
     pub user: User,
     pub cwd: PathBuf,
+    /// The caller's stdio that is a terminal is replaced by a terminal of the sandbox's own
+    /// (never handed in); its descriptors are not attached.
+    pub terminal: Option<WireTerminal>,
+}
+
+/// A pseudo-terminal the init opens in the sandbox's own `devpts` for a command, in place
+/// of the caller's terminal; the caller relays between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WireTerminal {
+    /// Which of stdin, stdout and stderr are the terminal.
+    pub stdio: [bool; 3],
+    /// The caller's window size, set before the command starts.
+    pub rows: u16,
+    pub cols: u16,
 }
 
 /// Helper/init → caller.
@@ -63,6 +77,9 @@ pub(crate) enum Reply {
     /// A command executed (or tried to) a program the exec allowlist does not grant; sent
     /// as it happens, before the command's `Exited`.
     ExecRefused(ExecRefusal),
+    /// The command's terminal: the pty's controlling side is attached. Sent once the
+    /// command has exec'd, before its `Exited`.
+    Terminal,
 }
 
 /// Caller → init on the dialer channel: make a socket inside the network namespace.

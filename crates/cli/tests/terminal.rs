@@ -1,0 +1,293 @@
+//! `capgate run` from a terminal: the command gets a terminal of the sandbox's own, never
+//! the caller's. These tests drive capgate on a pseudo-terminal of their own, as a user's
+//! terminal emulator would (capgate is its session's leader, with the terminal as its
+//! controlling terminal, by `setsid --ctty`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+use rustix::termios::{Termios, Winsize, tcgetattr, tcsetwinsize};
+
+const BIN: &str = env!("CARGO_BIN_EXE_capgate");
+
+/// How long a test waits for what it expects before it fails (a deadline, not a timing).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// capgate running on a pseudo-terminal: the test holds the controlling side, as a
+/// terminal emulator does, and reads everything written to the terminal.
+struct OnTerminal {
+    master: Arc<OwnedFd>,
+    /// The terminal's path on the host (`/dev/pts/N`).
+    terminal: PathBuf,
+    child: Child,
+    seen: Arc<Mutex<Vec<u8>>>,
+    _home: tempfile::TempDir,
+}
+
+impl OnTerminal {
+    /// `capgate ARGS` in an empty workspace, on a terminal of `rows` × `cols`.
+    fn start(args: &[&str], rows: u16, cols: u16) -> OnTerminal {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join("ws")).unwrap();
+        let (master, terminal) = new_pty();
+        resize(&master, rows, cols);
+        let slave = || open_terminal(&terminal);
+        let child = Command::new("setsid")
+            .arg("--ctty")
+            .arg(BIN)
+            .args(args)
+            .current_dir(home.path().join("ws"))
+            .env("CAPGATE_HOME", home.path().join("home"))
+            .env("TERM", "dumb")
+            .stdin(Stdio::from(slave()))
+            .stdout(Stdio::from(slave()))
+            .stderr(Stdio::from(slave()))
+            .spawn()
+            .unwrap();
+        let master = Arc::new(master);
+        let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let (reader, into) = (Arc::clone(&master), Arc::clone(&seen));
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every holder of the terminal has closed it.
+            while let Ok(n @ 1..) = rustix::io::read(&*reader, &mut buf) {
+                into.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        OnTerminal {
+            master,
+            terminal,
+            child,
+            seen,
+            _home: home,
+        }
+    }
+
+    fn type_in(&self, keys: &str) {
+        let mut bytes = keys.as_bytes();
+        while !bytes.is_empty() {
+            let n = rustix::io::write(&*self.master, bytes).unwrap();
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until the terminal has shown `text` `times` times in all.
+    fn wait_for(&self, text: &str, times: usize) {
+        let started = Instant::now();
+        while self.shown().matches(text).count() < times {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the terminal never showed {text:?} ({times}×); it shows:\n{}",
+                self.shown()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// capgate's exit code (it must end on its own).
+    fn exit_code(&mut self) -> Option<i32> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            if started.elapsed() > PATIENCE {
+                let _ = self.child.kill();
+                panic!("capgate did not end; the terminal shows:\n{}", self.shown());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The terminal's modes (what `stty` sets: raw mode, echo, line editing, …).
+    fn settings(&self) -> Modes {
+        let t: Termios = tcgetattr(&*self.master).unwrap();
+        Modes(format!(
+            "{:?} {:?} {:?} {:?}",
+            t.input_modes, t.output_modes, t.control_modes, t.local_modes
+        ))
+    }
+}
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Modes(String);
+
+/// A new pseudo-terminal: its controlling side, and its terminal's path.
+fn new_pty() -> (OwnedFd, PathBuf) {
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let path = ptsname(&master, Vec::new()).unwrap().into_string().unwrap();
+    (master, PathBuf::from(path))
+}
+
+fn open_terminal(path: &PathBuf) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+fn resize(master: &OwnedFd, rows: u16, cols: u16) {
+    let size = Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    tcsetwinsize(master.as_fd(), size).unwrap();
+}
+
+fn mode_of(path: &PathBuf) -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).unwrap().mode() & 0o7777
+}
+
+/// The built-in shell, interactive: its terminal is the sandbox's own (named inside, the
+/// agent's, the caller's size), it has job control, Ctrl-C and Ctrl-Z act on the command
+/// in the foreground inside (before, Ctrl-C ended the whole run), a resize of the
+/// caller's window reaches it, and its exit status is the run's.
+#[test]
+fn an_interactive_shell_has_a_terminal_of_its_own_with_job_control() {
+    let mut t = OnTerminal::start(&["run"], 33, 111);
+    let before = t.settings();
+    t.type_in("echo ready-$((1+1))\n");
+    t.wait_for("ready-2", 1);
+    assert!(
+        !t.shown().contains("no job control"),
+        "the shell has no controlling terminal:\n{}",
+        t.shown()
+    );
+
+    t.type_in("tty; stat -c 'owner=%u:%g' $(tty); stty size\n");
+    t.wait_for("33 111", 1);
+    let shown = t.shown();
+    assert!(shown.contains("/dev/pts/0"), "{shown}");
+    assert!(shown.contains("owner=1000:1000"), "{shown}");
+
+    // Ctrl-C interrupts the foreground job inside; the shell and the run go on.
+    t.type_in("sleep 60\n");
+    std::thread::sleep(Duration::from_millis(300));
+    t.type_in("\x03");
+    t.type_in("echo after-interrupt-$((6*7))\n");
+    t.wait_for("after-interrupt-42", 1);
+
+    // Ctrl-Z stops it; the shell's job control knows it.
+    t.type_in("sleep 61\n");
+    std::thread::sleep(Duration::from_millis(300));
+    t.type_in("\x1a");
+    t.wait_for("Stopped", 1);
+    t.type_in("kill %1; echo killed-$((7*7))\n");
+    t.wait_for("killed-49", 1);
+
+    // The caller's window grows: the kernel tells capgate (its foreground), and the
+    // command's terminal follows.
+    resize(&t.master, 44, 120);
+    t.type_in("stty size\n");
+    t.wait_for("44 120", 1);
+
+    t.type_in("exit 5\n");
+    assert_eq!(t.exit_code(), Some(5), "{}", t.shown());
+    // Raw mode was the run's only: the caller's terminal is as it was.
+    assert_eq!(t.settings(), before);
+    assert!(!t.shown().contains("SIGINT"), "{}", t.shown());
+}
+
+/// A command inside cannot touch the caller's terminal: it gets none of it, only its own.
+/// The attack: chmod the terminal for every user and turn its echo off for after the
+/// run. The twin: the same on its own terminal inside works.
+#[test]
+fn the_callers_terminal_is_never_handed_into_the_sandbox() {
+    let mut t = OnTerminal::start(
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "chmod 666 /proc/self/fd/0 && stty -echo -icanon && \
+             echo \"inside=$(stat -L -c %a /proc/self/fd/0) $(stty -a | grep -o -- '-echo ')done\"",
+        ],
+        24,
+        80,
+    );
+    let (mode, before) = (mode_of(&t.terminal), t.settings());
+    assert_eq!(t.exit_code(), Some(0), "{}", t.shown());
+    t.wait_for("done", 1);
+    assert!(t.shown().contains("inside=666 -echo done"), "{}", t.shown());
+    assert_eq!(
+        mode_of(&t.terminal),
+        mode,
+        "the caller's terminal was chmod'ed from inside"
+    );
+    assert_eq!(t.settings(), before, "the caller's terminal modes changed");
+}
+
+/// Only the caller's descriptors that are a terminal are replaced: a pipe on stdin is
+/// handed over as it is, and the terminal on stdout and stderr is the sandbox's.
+#[test]
+fn a_pipe_beside_the_terminal_is_handed_over_as_it_is() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("ws")).unwrap();
+    // stdin: a pipe; stdout, stderr: the terminal.
+    let (master, path) = new_pty();
+    let slave = || open_terminal(&path);
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got=$line in=$(readlink /proc/self/fd/0 | cut -c1-5) err=$(tty <&2)\"",
+        ])
+        .current_dir(home.path().join("ws"))
+        .env("CAPGATE_HOME", home.path().join("home"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(slave()))
+        .stderr(Stdio::from(slave()))
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"piped-line\n").unwrap();
+    }
+    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let into = Arc::clone(&seen);
+    // Until EIO: capgate, the last holder of the terminal, has exited.
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = rustix::io::read(&master, &mut buf) {
+            into.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let shown = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert_eq!(status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("got=piped-line in=pipe: err=/dev/pts/0"),
+        "{shown}"
+    );
+}
