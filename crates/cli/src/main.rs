@@ -5,9 +5,20 @@
 /// reader left or a full device, which in the middle of `capgate run` would skip stopping
 /// the sandbox and removing its state. A message that cannot be written is dropped.
 macro_rules! say {
+    () => {
+        say!("")
+    };
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let message = format!($($arg)*);
+        // While a command's terminal is relayed, capgate's terminal is raw: a line needs
+        // its own carriage return.
+        let message = if capgate_sandbox::caller_terminal_is_raw() {
+            message.replace('\n', "\r\n") + "\r\n"
+        } else {
+            message + "\n"
+        };
+        let _ = std::io::stderr().write_all(message.as_bytes());
     }};
 }
 

@@ -1283,6 +1283,8 @@ fn run_workload(
     };
     let mut cmd = RunCommand::agent(argv);
     cmd.env = envs.workload();
+    // The command the user works with: a terminal of its own, if the user is at one.
+    cmd.terminal = true;
     match sandbox.run(&cmd) {
         Ok(status) => status_code(status),
         // Stopped by a signal: said when it came, and the run's code is the signal's.

@@ -38,16 +38,32 @@ impl OnTerminal {
     /// `capgate ARGS` in an empty workspace, on a terminal of `rows` × `cols`.
     fn start(args: &[&str], rows: u16, cols: u16) -> OnTerminal {
         let home = tempfile::tempdir().unwrap();
+        Self::spawn(home, BIN, args, (rows, cols))
+    }
+
+    /// `sh -c SCRIPT` on a terminal, with `$CAPGATE` naming capgate, in the workspace of
+    /// `home` (which has `ws/`).
+    fn shell(home: tempfile::TempDir, script: &str) -> OnTerminal {
+        Self::spawn(home, "sh", &["-c", script], (24, 80))
+    }
+
+    fn spawn(
+        home: tempfile::TempDir,
+        program: &str,
+        args: &[&str],
+        (rows, cols): (u16, u16),
+    ) -> OnTerminal {
         std::fs::create_dir_all(home.path().join("ws")).unwrap();
         let (master, terminal) = new_pty();
         resize(&master, rows, cols);
         let slave = || open_terminal(&terminal);
         let child = Command::new("setsid")
             .arg("--ctty")
-            .arg(BIN)
+            .arg(program)
             .args(args)
             .current_dir(home.path().join("ws"))
             .env("CAPGATE_HOME", home.path().join("home"))
+            .env("CAPGATE", BIN)
             .env("TERM", "dumb")
             .stdin(Stdio::from(slave()))
             .stdout(Stdio::from(slave()))
@@ -244,10 +260,10 @@ fn the_callers_terminal_is_never_handed_into_the_sandbox() {
     assert_eq!(t.settings(), before, "the caller's terminal modes changed");
 }
 
-/// Only the caller's descriptors that are a terminal are replaced: a pipe on stdin is
-/// handed over as it is, and the terminal on stdout and stderr is the sandbox's.
+/// A caller that is not interactive (stdin not a terminal) gets no terminal inside: its
+/// pipe is handed over as it is, and output to its terminal goes through a pipe.
 #[test]
-fn a_pipe_beside_the_terminal_is_handed_over_as_it_is() {
+fn a_caller_that_is_not_interactive_gets_no_terminal() {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join("ws")).unwrap();
     // stdin: a pipe; stdout, stderr: the terminal.
@@ -287,7 +303,92 @@ fn a_pipe_beside_the_terminal_is_handed_over_as_it_is() {
     let shown = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
     assert_eq!(status.code(), Some(0), "{shown}");
     assert!(
-        shown.contains("got=piped-line in=pipe: err=/dev/pts/0"),
+        shown.contains("got=piped-line in=pipe: err=not a tty"),
         "{shown}"
     );
+}
+
+/// Only the command the user works with gets the terminal; hooks do not. A background
+/// startup hook lives on after its shell ends (with the terminal it would get the
+/// terminal's hang-up); keys typed while the hooks run, and while capgate writes the kit's
+/// files, reach the command.
+#[test]
+fn hooks_get_no_terminal_and_keys_typed_early_reach_the_command() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("kit")).unwrap();
+    std::fs::write(
+        home.path().join("kit/kit.yaml"),
+        r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      files:
+        - {path: /home/agent/note.txt, content: "a kit file\n"}
+      startup:
+        - command: ["sh", "-c", "echo started > /tmp/daemon.log; sleep 1; echo alive >> /tmp/daemon.log; sleep 60"]
+          background: true
+        - command: ["sleep", "1"]
+"#,
+    )
+    .unwrap();
+    let kit = home.path().join("kit").display().to_string();
+    let mut t = OnTerminal::spawn(
+        home,
+        BIN,
+        &[
+            "run",
+            "--kit",
+            &kit,
+            "--",
+            "sh",
+            "-c",
+            "read x; echo \"got=$x\"; for i in $(seq 100); do grep -q alive /tmp/daemon.log && break; sleep 0.1; done; echo \"daemon=$(tr '\\n' , </tmp/daemon.log)\"",
+        ],
+        (24, 80),
+    );
+    // Typed at once: the kit's files and the hooks come first.
+    t.type_in("early-keys\n");
+    assert_eq!(t.exit_code(), Some(0), "{}", t.shown());
+    t.wait_for("daemon=", 1);
+    let shown = t.shown();
+    assert!(shown.contains("got=early-keys"), "{shown}");
+    assert!(shown.contains("daemon=started,alive,"), "{shown}");
+}
+
+/// capgate as a background job of an interactive shell (its own process group, not the
+/// terminal's foreground) leaves the terminal alone: no raw mode (which would stop it with
+/// SIGTTOU), no keys taken; its command's output still shows.
+#[test]
+fn a_run_in_the_background_leaves_the_terminal_alone() {
+    let home = tempfile::tempdir().unwrap();
+    let mut t = OnTerminal::shell(
+        home,
+        "set -m; \"$CAPGATE\" run -- sh -c 'echo \"bg=$(( 2 + 3 )) stdin=$(cat)\"' & wait $!; echo \"job=$?\"",
+    );
+    assert_eq!(t.exit_code(), Some(0), "{}", t.shown());
+    t.wait_for("job=", 1);
+    let shown = t.shown();
+    assert!(shown.contains("bg=5 stdin="), "{shown}");
+    assert!(shown.contains("job=0"), "{shown}");
+}
+
+/// A caller's terminal left non-blocking by another program (the flag is shared by every
+/// process that has it open): a command's flood of output is all shown, and the run ends.
+#[test]
+fn a_non_blocking_terminal_gets_all_of_a_flood_of_output() {
+    let home = tempfile::tempdir().unwrap();
+    let mut t = OnTerminal::shell(
+        home,
+        "nb() { python3 -c 'import fcntl, os, sys\nfor f in (0, 1, 2): fcntl.fcntl(f, fcntl.F_SETFL, fcntl.fcntl(f, fcntl.F_GETFL) | os.O_NONBLOCK)\nos.execv(sys.argv[1], sys.argv[1:])' \"$@\"; }
+         nb \"$CAPGATE\" run -- sh -c 'seq 1 200000; echo flood-end' && \
+         nb \"$CAPGATE\" run -- sh -c 'seq 1 200000; echo flood-again' </dev/null",
+    );
+    // The command writes faster than the terminal drains: capgate's writes meet EAGAIN,
+    // on the command's terminal and (not interactive, stdin not a terminal) on the pipe.
+    assert_eq!(t.exit_code(), Some(0), "{}", t.shown().len());
+    t.wait_for("flood-again", 1);
+    let shown = t.shown();
+    assert!(shown.contains("\n199999\r\n200000\r\nflood-end"));
+    assert!(shown.contains("\n199999\r\n200000\r\nflood-again"));
 }

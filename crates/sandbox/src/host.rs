@@ -10,7 +10,7 @@ use crate::proto::{self, Reply, Request, WireCommand, WireTerminal};
 use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{HelperCommand, ListenerKind, RunCommand, SandboxSpec};
 use crate::sys;
-use crate::terminal::{CallerTerminal, TerminalRelay, WindowWatch};
+use crate::terminal::{TerminalRelay, WindowWatch};
 
 /// Which way a relayed descriptor's bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,7 @@ impl Relay {
 /// write(2) takes, so the stdout and stderr relays of a command whose output goes to one
 /// file (`> log 2>&1`) would write over each other, and lines would be lost.
 fn copy_by_writes(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io::Result<()> {
-    use std::io::{Read as _, Write as _};
+    use std::io::Read as _;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -146,7 +146,9 @@ fn copy_by_writes(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io::
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        to.write_all(&buf[..n])?;
+        // The caller's descriptor may be non-blocking (a terminal shares that flag with
+        // every process that has it open).
+        crate::terminal::write_all(to.as_fd(), &buf[..n])?;
     }
 }
 
@@ -413,18 +415,34 @@ impl Sandbox {
             .as_ref()
             .map(AsFd::as_fd)
             .unwrap_or_else(|| own_err.as_fd());
-        let stdio = [stdin, stdout, stderr];
-        let terminal = CallerTerminal::of(stdio);
-        let is_terminal = terminal.map_or([false; 3], |t| t.stdio);
+        let caller = [stdin, stdout, stderr];
+        let is_terminal = crate::terminal::terminals(caller);
+        // The window's size when the command gets a terminal of its own; the caller's
+        // terminals are then that terminal.
+        let size = cmd
+            .terminal
+            .then(|| crate::terminal::interactive(caller, is_terminal))
+            .flatten();
+        let own = if size.is_some() {
+            is_terminal
+        } else {
+            [false; 3]
+        };
+        // Without one, the command reads nothing from the caller's keyboard.
+        let null = (is_terminal[0] && !own[0])
+            .then(|| std::fs::File::open("/dev/null"))
+            .transpose()
+            .map_err(os("open /dev/null"))?;
+        let stdio = [null.as_ref().map_or(stdin, AsFd::as_fd), stdout, stderr];
         let wire = WireCommand {
             argv: cmd.argv.clone(),
             env: cmd.env.clone(),
             user: cmd.user,
             cwd: cmd.cwd.clone(),
-            terminal: terminal.map(|t| WireTerminal {
-                stdio: t.stdio,
-                rows: t.rows,
-                cols: t.cols,
+            terminal: size.map(|(rows, cols)| WireTerminal {
+                stdio: own,
+                rows,
+                cols,
             }),
         };
         let name = self.name.clone();
@@ -433,8 +451,8 @@ impl Sandbox {
         // descriptors are, in order.
         let directions = [Direction::In, Direction::Out, Direction::Out];
         let mut relays = Vec::with_capacity(3);
-        for ((fd, direction), is_terminal) in stdio.into_iter().zip(directions).zip(is_terminal) {
-            if !is_terminal {
+        for ((fd, direction), own) in stdio.into_iter().zip(directions).zip(own) {
+            if !own {
                 relays.push((fd, Relay::for_fd(fd, direction)?));
             }
         }
@@ -442,12 +460,12 @@ impl Sandbox {
             .iter()
             .map(|(fd, relay)| relay.inner_end().unwrap_or(*fd))
             .collect();
-        if let Some(t) = &terminal {
+        if size.is_some() {
             if self.terminal.is_none()
                 && let Some(changes) = self.window_changes.take()
             {
                 self.terminal = Some(
-                    TerminalRelay::start(stdio, t, changes, &self.window)
+                    TerminalRelay::start(stdin, stdout, changes, &self.window)
                         .map_err(os("relay the terminal"))?,
                 );
             }
@@ -489,9 +507,9 @@ impl Sandbox {
             }
         });
         // Whatever the outcome, the caller's terminal is itself again.
-        if let Some(relay) = self.terminal.as_ref().filter(|_| terminal.is_some()) {
-            relay.detach();
+        if let Some(relay) = self.terminal.as_ref().filter(|_| size.is_some()) {
             relay.cooked();
+            relay.detach();
         }
         let reply = reply?;
         for relay in outputs {

@@ -69,4 +69,4 @@ pub use spec::{
     ListenerKind, ListenerSpec, OVERLAY_UPPER, RunCommand, SandboxSpec, User, VolumeMount,
     VolumeSource, WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
 };
-pub use terminal::WindowWatch;
+pub use terminal::{WindowWatch, caller_terminal_is_raw};

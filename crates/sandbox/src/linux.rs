@@ -304,8 +304,11 @@ pub(crate) fn open_terminal(id: u32, rows: u16, cols: u16) -> io::Result<(OwnedF
 /// are per thread), then takes 0 back; `CAP_SETUID` and `CAP_SETGID` are effective only
 /// meanwhile.
 fn as_filesystem_user<T>(id: u32, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).map_err(caps_err)?;
-    caps::raise(None, CapSet::Effective, Capability::CAP_SETGID).map_err(caps_err)?;
+    let raise = || {
+        caps::raise(None, CapSet::Effective, Capability::CAP_SETUID)
+            .and_then(|()| caps::raise(None, CapSet::Effective, Capability::CAP_SETGID))
+            .map_err(caps_err)
+    };
     let switch = |to: u32| {
         nix::unistd::setfsgid(Gid::from_raw(to));
         nix::unistd::setfsuid(Uid::from_raw(to));
@@ -319,7 +322,9 @@ fn as_filesystem_user<T>(id: u32, f: impl FnOnce() -> io::Result<T>) -> io::Resu
             .then_some(())
             .ok_or_else(|| other(format!("cannot take the filesystem identity {to}")))
     };
-    let result = switch(id).and_then(|()| f());
+    // Whatever fails on the way, the way back is taken (taking 0 back as 0 needs no
+    // capability; dropping one not raised is no error).
+    let result = raise().and_then(|()| switch(id)).and_then(|()| f());
     let back = switch(0).and_then(|()| {
         caps::drop(None, CapSet::Effective, Capability::CAP_SETUID)
             .and_then(|()| caps::drop(None, CapSet::Effective, Capability::CAP_SETGID))

@@ -254,6 +254,14 @@ pub struct RunCommand {
     pub stdout: Option<OwnedFd>,
     /// Standard error; `None`: the caller's.
     pub stderr: Option<OwnedFd>,
+    /// Give the command a terminal of the sandbox's own, as its controlling terminal,
+    /// relayed to the caller's when the caller is interactive (stdin and stdout a
+    /// terminal, in its foreground), as `ssh -t` does: for the one command a user works
+    /// with, never for hooks (a background process of theirs would get the terminal's
+    /// hang-up when they end). Otherwise, and for every command without it, a caller's
+    /// terminal is not handed over: output to it goes through a pipe, and stdin from it
+    /// becomes `/dev/null`.
+    pub terminal: bool,
 }
 
 impl RunCommand {
@@ -271,6 +279,7 @@ impl RunCommand {
             stdin: None,
             stdout: None,
             stderr: None,
+            terminal: false,
         }
     }
 }
