@@ -12,8 +12,10 @@ macro_rules! say {
         use std::io::Write as _;
         let message = format!($($arg)*);
         // While a command's terminal is relayed, capgate's terminal is raw: a line needs
-        // its own carriage return.
-        let message = if capgate_sandbox::caller_terminal_is_raw() {
+        // its own carriage return there (not in a file stderr was sent to).
+        let raw = capgate_sandbox::caller_terminal_is_raw()
+            && rustix::termios::isatty(std::io::stderr());
+        let message = if raw {
             message.replace('\n', "\r\n") + "\r\n"
         } else {
             message + "\n"
@@ -129,7 +131,10 @@ enum Command {
     /// ssh-agent@1 grant relays the host's agent (`SSH_AUTH_SOCK`), for listing keys and
     /// signing within its phases and bounds only; git-identity@1 gets the host's global
     /// git name and email (or --git-identity). Without `--kit`, a built-in shell with no
-    /// network grants; the workspace is the current directory, copied. Exits with the
+    /// network grants; the workspace is the current directory, copied. Run from a terminal
+    /// (stdin and stdout), the command gets a terminal of the sandbox's own, relayed as
+    /// `ssh -t` does: job control, Ctrl-C and Ctrl-Z act inside; otherwise it reads nothing
+    /// from the terminal, and its output reaches it through a pipe. Exits with the
     /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
     /// sandbox cannot start, 126/127 when the command cannot).
     Run(run::RunArgs),

@@ -1283,8 +1283,9 @@ fn run_workload(
     };
     let mut cmd = RunCommand::agent(argv);
     cmd.env = envs.workload();
-    // The command the user works with: a terminal of its own, if the user is at one.
-    cmd.terminal = true;
+    // The command the user works with: the caller's stdin, and a terminal of its own if
+    // the user is at one.
+    cmd.interactive = true;
     match sandbox.run(&cmd) {
         Ok(status) => status_code(status),
         // Stopped by a signal: said when it came, and the run's code is the signal's.

@@ -890,6 +890,7 @@ fn spawn(
     let env = plan::command_env(base_env, &cmd.env);
     let terminal = cmd
         .terminal
+        .filter(|t| t.controlling)
         .and_then(|t| t.stdio.iter().position(|&is| is))
         .and_then(|i| i32::try_from(i).ok());
     let effects = plan::command_effects(&cmd.argv, &env, cmd.user, &cmd.cwd, raw, terminal);

@@ -10,7 +10,7 @@ use crate::proto::{self, Reply, Request, WireCommand, WireTerminal};
 use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{HelperCommand, ListenerKind, RunCommand, SandboxSpec};
 use crate::sys;
-use crate::terminal::{TerminalRelay, WindowWatch};
+use crate::terminal::{Copier, TerminalRelay, WindowWatch};
 
 /// Which way a relayed descriptor's bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,7 @@ enum Direction {
 /// through `/proc/self/fd` (reading what the file held before) and chmod'ed, a device such
 /// as `/dev/null` too (as root, the agent is the host's root, its owner). Pipes and sockets
 /// are handed over as they are (nothing to reopen or chmod). A terminal is never handed
-/// over: the command gets one of the sandbox's own (`terminal`).
+/// over: the command's output goes to a pty of the sandbox's own (`terminal`).
 #[derive(Debug)]
 enum Relay {
     /// Handed over as it is.
@@ -118,16 +118,16 @@ impl Relay {
         Ok(Relay::Running { done, direction })
     }
 
-    /// After the command: waits (briefly) for its output to be copied out, so that it
-    /// comes before anything the caller prints next. A process left inside holding the
-    /// pipe keeps its relay going until the sandbox stops; input is not waited for.
-    fn finish(self) {
+    /// After the command: waits until `deadline` at most for its output to be copied
+    /// out. Input is not waited for.
+    fn finish(self, deadline: std::time::Instant) {
         if let Relay::Running {
             done,
             direction: Direction::Out,
         } = self
         {
-            let _ = done.recv_timeout(std::time::Duration::from_secs(2));
+            let _ =
+                done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
         }
     }
 }
@@ -183,8 +183,10 @@ pub struct Sandbox {
     /// command with a terminal starts the relay.
     window: WindowWatch,
     window_changes: Option<OwnedFd>,
-    /// The relay of the commands' terminals, from the first command that has one.
-    terminal: Option<TerminalRelay>,
+    /// The relay of the caller's keyboard, from the first interactive command on.
+    keyboard: Option<TerminalRelay>,
+    /// The copiers of the commands' terminals' output.
+    copiers: Vec<Copier>,
 }
 
 /// The most exec refusals a sandbox keeps until they are taken; a workload that execs in a
@@ -337,7 +339,8 @@ impl Sandbox {
             exec_refusals: ExecRefusals::default(),
             window,
             window_changes: Some(window_changes),
-            terminal: None,
+            keyboard: None,
+            copiers: Vec::new(),
         }))
     }
 
@@ -417,34 +420,33 @@ impl Sandbox {
             .unwrap_or_else(|| own_err.as_fd());
         let caller = [stdin, stdout, stderr];
         let is_terminal = crate::terminal::terminals(caller);
-        // The window's size when the command gets a terminal of its own; the caller's
-        // terminals are then that terminal.
-        let size = cmd
-            .terminal
-            .then(|| crate::terminal::interactive(caller, is_terminal))
-            .flatten();
-        let own = if size.is_some() {
-            is_terminal
-        } else {
-            [false; 3]
-        };
-        // Without one, the command reads nothing from the caller's keyboard.
-        let null = (is_terminal[0] && !own[0])
+        let interactive = cmd.interactive && crate::terminal::interactive(caller, is_terminal);
+        // The caller's terminals become a pty of the sandbox's own: its output ones always,
+        // stdin only for the interactive command, whose controlling terminal it is.
+        let own = [interactive, is_terminal[1], is_terminal[2]];
+        // Every other command reads nothing of the caller's keyboard, nor of the caller's
+        // stdin unless given one.
+        let null = ((is_terminal[0] && !interactive) || (!cmd.interactive && cmd.stdin.is_none()))
             .then(|| std::fs::File::open("/dev/null"))
             .transpose()
             .map_err(os("open /dev/null"))?;
         let stdio = [null.as_ref().map_or(stdin, AsFd::as_fd), stdout, stderr];
+        let (rows, cols) = crate::terminal::window_size(caller, is_terminal);
         let wire = WireCommand {
             argv: cmd.argv.clone(),
             env: cmd.env.clone(),
             user: cmd.user,
             cwd: cmd.cwd.clone(),
-            terminal: size.map(|(rows, cols)| WireTerminal {
+            terminal: own.contains(&true).then_some(WireTerminal {
                 stdio: own,
+                controlling: interactive,
                 rows,
                 cols,
             }),
         };
+        // Where the pty's output goes: the caller's stdout if a terminal, else its stderr,
+        // else (interactive, stdout a file) the terminal of its stdin.
+        let shown_on = [1, 2, 0].into_iter().find(|&i| own[i]).map(|i| caller[i]);
         let name = self.name.clone();
         let gone = |_| SandboxError::Gone { name: name.clone() };
         // The terminals are not handed over (the command gets its own): the other
@@ -460,16 +462,16 @@ impl Sandbox {
             .iter()
             .map(|(fd, relay)| relay.inner_end().unwrap_or(*fd))
             .collect();
-        if size.is_some() {
-            if self.terminal.is_none()
+        if interactive {
+            if self.keyboard.is_none()
                 && let Some(changes) = self.window_changes.take()
             {
-                self.terminal = Some(
-                    TerminalRelay::start(stdin, stdout, changes, &self.window)
+                self.keyboard = Some(
+                    TerminalRelay::start(stdin, shown_on.unwrap_or(stdin), changes, &self.window)
                         .map_err(os("relay the terminal"))?,
                 );
             }
-            if let Some(relay) = &self.terminal {
+            if let Some(relay) = &self.keyboard {
                 relay.raw().map_err(os("put the terminal in raw mode"))?;
             }
         }
@@ -488,15 +490,28 @@ impl Sandbox {
             .into_iter()
             .map(|(_, relay)| relay.started())
             .collect::<Result<_, _>>()?;
+        // Copiers of terminals nobody holds any more have ended.
+        self.copiers.retain(|c| !c.is_finished());
+        let copiers_before = self.copiers.len();
         let reply = sent.map_err(gone).and_then(|()| {
             loop {
                 match proto::recv::<Reply>(ctl) {
                     Ok(Some((Reply::ExecRefused(refusal), _))) => self.exec_refusals.keep(refusal),
                     Ok(Some((Reply::Terminal, mut fds))) => {
-                        let relay = self.terminal.as_mut();
-                        if let (Some(relay), Some(master), true) =
-                            (relay, fds.pop(), fds.is_empty())
-                        {
+                        let (Some(master), true, Some(out)) = (fds.pop(), fds.is_empty(), shown_on)
+                        else {
+                            break Err(SandboxError::Protocol {
+                                detail: "a terminal came without its descriptor".into(),
+                            });
+                        };
+                        let master = std::sync::Arc::new(master);
+                        let out = out
+                            .try_clone_to_owned()
+                            .map_err(os("relay the command's terminal"))?;
+                        let copier = Copier::start(std::sync::Arc::clone(&master), out)
+                            .map_err(os("relay the command's terminal"))?;
+                        self.copiers.push(copier);
+                        if let Some(relay) = self.keyboard.as_ref().filter(|_| interactive) {
                             relay
                                 .attach(master)
                                 .map_err(os("relay the command's terminal"))?;
@@ -507,13 +522,20 @@ impl Sandbox {
             }
         });
         // Whatever the outcome, the caller's terminal is itself again.
-        if let Some(relay) = self.terminal.as_ref().filter(|_| size.is_some()) {
+        if let Some(relay) = self.keyboard.as_ref().filter(|_| interactive) {
             relay.cooked();
             relay.detach();
         }
         let reply = reply?;
+        // The command's output is waited for (briefly, all of it within one deadline), so
+        // that it comes before anything the caller prints next. A process left inside
+        // holding a pipe or the terminal keeps its copy going until the sandbox stops.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         for relay in outputs {
-            relay.finish();
+            relay.finish(deadline);
+        }
+        for copier in &self.copiers[copiers_before..] {
+            copier.wait_until(deadline);
         }
         match reply {
             Some((Reply::Exited { status }, _)) => Ok(ExitStatus::from_raw(status)),
@@ -581,7 +603,10 @@ impl Sandbox {
             None => ExitStatus::from_raw(0),
         };
         // Nothing inside holds a terminal now: the last of the output is copied out.
-        if let Some(relay) = self.terminal.take() {
+        for copier in self.copiers.drain(..) {
+            copier.join();
+        }
+        if let Some(relay) = self.keyboard.take() {
             relay.finish();
         }
         // The helper removes the cgroups; if it was killed, they are empty now (its death

@@ -58,6 +58,9 @@ pub(crate) struct WireCommand {
 pub(crate) struct WireTerminal {
     /// Which of stdin, stdout and stderr are the terminal.
     pub stdio: [bool; 3],
+    /// It is the command's controlling terminal (the interactive command's); otherwise
+    /// only its output goes there.
+    pub controlling: bool,
     /// The caller's window size, set before the command starts.
     pub rows: u16,
     pub cols: u16,

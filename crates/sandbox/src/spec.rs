@@ -254,14 +254,15 @@ pub struct RunCommand {
     pub stdout: Option<OwnedFd>,
     /// Standard error; `None`: the caller's.
     pub stderr: Option<OwnedFd>,
-    /// Give the command a terminal of the sandbox's own, as its controlling terminal,
-    /// relayed to the caller's when the caller is interactive (stdin and stdout a
-    /// terminal, in its foreground), as `ssh -t` does: for the one command a user works
-    /// with, never for hooks (a background process of theirs would get the terminal's
-    /// hang-up when they end). Otherwise, and for every command without it, a caller's
-    /// terminal is not handed over: output to it goes through a pipe, and stdin from it
-    /// becomes `/dev/null`.
-    pub terminal: bool,
+    /// The command the user works with (a workload): it reads the caller's stdin, and an
+    /// interactive caller's terminal (stdin a terminal, in its foreground, stdout not a
+    /// pipe) becomes its controlling terminal: a pty of the sandbox's own, relayed with the
+    /// caller's keyboard in raw mode, as `ssh -t` does. Every other command (a hook)
+    /// given no stdin reads `/dev/null`, and none gets a controlling terminal (its hang-up
+    /// would reach what a hook leaves running). For every command, a caller's stdout or
+    /// stderr that is a terminal becomes a pty of the sandbox's own whose output capgate
+    /// copies: the caller's terminal itself is never handed over.
+    pub interactive: bool,
 }
 
 impl RunCommand {
@@ -279,7 +280,7 @@ impl RunCommand {
             stdin: None,
             stdout: None,
             stderr: None,
-            terminal: false,
+            interactive: false,
         }
     }
 }

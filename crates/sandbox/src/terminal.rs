@@ -1,21 +1,23 @@
-//! The caller's side of a command's terminal.
+//! The caller's side of the commands' terminals.
 //!
 //! The caller's terminal is never handed into the sandbox: there the workload could chmod
 //! it (Landlock does not cover chmod), change its settings for after the run, or keep
-//! reading it. A command run with [`RunCommand::terminal`](crate::RunCommand) from an
-//! interactive caller (stdin and stdout a terminal, capgate in its foreground) gets a
-//! pseudo-terminal the init opens in the sandbox's own `devpts`, as its controlling
-//! terminal (job control, Ctrl-C and Ctrl-Z act inside the sandbox, not on capgate); the
-//! init passes its controlling side out, and the caller relays between the two, as
-//! `ssh -t` and `docker run -it` do: its own terminal in raw mode while the command runs
-//! (the pty does the line editing, echo and signals), what is typed goes in, what the
-//! command writes comes out, and a change of window size ([`WindowWatch::window_changed`],
-//! on `SIGWINCH`) is passed on.
+//! reading it. Where the caller's stdout or stderr is a terminal, the init opens a
+//! pseudo-terminal in the sandbox's own `devpts` for the command instead (so programs still
+//! see a terminal: line-buffered output, colours, one stream for both), passes its
+//! controlling side out, and the caller copies its output to the caller's terminal.
 //!
-//! Otherwise a caller's terminal is treated like any device: output goes through a pipe
-//! that capgate copies, and a command reads nothing from the caller's keyboard (its stdin
-//! is `/dev/null`), so that it cannot take keys from whatever else reads the terminal (a
-//! pager the output goes to, the shell of a background job).
+//! The command the user works with ([`RunCommand::interactive`](crate::RunCommand)), from
+//! an interactive caller (stdin a terminal, capgate in its foreground, stdout not a pipe),
+//! also gets that pty on its stdin and as its controlling terminal (job control, Ctrl-C
+//! and Ctrl-Z act inside the sandbox, not on capgate), and the caller relays its keyboard,
+//! as `ssh -t` and `docker run -it` do: its own terminal in raw mode while the command runs
+//! (the pty does the line editing, echo and signals), what is typed goes in, and a change
+//! of window size ([`WindowWatch::window_changed`], on `SIGWINCH`) is passed on. Every
+//! other command reads nothing from the caller's keyboard (stdin `/dev/null`), so that it
+//! cannot take keys from whatever else reads the terminal (a pager the output goes to, the
+//! shell of a background job), and gets no controlling terminal (whose hang-up would reach
+//! the processes a hook leaves behind).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -23,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::Instant;
 
 use rustix::termios::{OptionalActions, Termios, tcgetattr, tcgetwinsize, tcsetattr, tcsetwinsize};
 
@@ -32,22 +34,31 @@ pub(crate) fn terminals(stdio: [BorrowedFd<'_>; 3]) -> [bool; 3] {
     stdio.map(rustix::termios::isatty)
 }
 
-/// The caller is interactive: stdin and stdout are a terminal, and capgate is in its
-/// foreground (a background job, or a pipeline's feeder into a pager, must not read it).
-/// The window's size, then: rows and columns (24 × 80 for a terminal that cannot tell).
-pub(crate) fn interactive(stdio: [BorrowedFd<'_>; 3], is: [bool; 3]) -> Option<(u16, u16)> {
-    if !(is[0] && is[1]) {
-        return None;
-    }
-    let foreground =
-        rustix::termios::tcgetpgrp(stdio[0]).is_ok_and(|group| group == rustix::process::getpgrp());
-    if !foreground {
-        return None;
-    }
-    let size = tcgetwinsize(stdio[1])
-        .ok()
+/// The caller is interactive: stdin is a terminal and capgate is in its foreground (a
+/// background job must not read it), and stdout is not a pipe or socket (a pipeline into
+/// a pager, which reads the same keyboard).
+pub(crate) fn interactive(stdio: [BorrowedFd<'_>; 3], is: [bool; 3]) -> bool {
+    let foreground = || {
+        rustix::termios::tcgetpgrp(stdio[0]).is_ok_and(|group| group == rustix::process::getpgrp())
+    };
+    let piped = || {
+        rustix::fs::fstat(stdio[1]).is_ok_and(|st| {
+            let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+            kind == rustix::fs::FileType::Fifo || kind == rustix::fs::FileType::Socket
+        })
+    };
+    is[0] && foreground() && !piped()
+}
+
+/// The size of the caller's window, from the first of `stdio` that is a terminal: rows
+/// and columns (24 × 80 for a terminal that cannot tell).
+pub(crate) fn window_size(stdio: [BorrowedFd<'_>; 3], is: [bool; 3]) -> (u16, u16) {
+    let size = [1, 2, 0]
+        .into_iter()
+        .find(|&i| is[i])
+        .and_then(|i| tcgetwinsize(stdio[i]).ok())
         .filter(|s| s.ws_row > 0 && s.ws_col > 0);
-    Some((size.map_or(24, |s| s.ws_row), size.map_or(80, |s| s.ws_col)))
+    (size.map_or(24, |s| s.ws_row), size.map_or(80, |s| s.ws_col))
 }
 
 /// Whether the caller's terminal is in raw mode now (a command's terminal is relayed): a
@@ -82,14 +93,63 @@ const MAX_PENDING: usize = 64 * 1024;
 
 /// A command's output copier: its thread, and word when it is done.
 #[derive(Debug)]
-struct Copier {
+pub(crate) struct Copier {
     thread: JoinHandle<()>,
     done: Receiver<()>,
 }
 
-/// The relay of a sandbox's terminals: one input side for the sandbox's life (the caller's
-/// keyboard is read by one thread only, feeding the attached command's terminal), and an
-/// output side per command's terminal, which ends when nothing inside holds it.
+impl Copier {
+    /// Copies what a command writes to its terminal (`master`, the pty's controlling side)
+    /// to the caller's `output` until the pty says that nothing holds its terminal any
+    /// more (EIO, once what was written is read). Output the caller's terminal will not
+    /// take (it is gone) is read and dropped: the command never blocks on a terminal that
+    /// nobody drains.
+    pub(crate) fn start(master: Arc<OwnedFd>, output: OwnedFd) -> io::Result<Copier> {
+        let (tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("capgate-terminal-out".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut shown = true;
+                loop {
+                    match rustix::io::read(&*master, &mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => shown = shown && write_all(output.as_fd(), &buf[..n]).is_ok(),
+                        Err(rustix::io::Errno::INTR) => {}
+                        // The keyboard's relay makes an interactive command's pty
+                        // non-blocking.
+                        Err(rustix::io::Errno::AGAIN) => {
+                            if !wait_for(master.as_fd(), rustix::event::PollFlags::IN) {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let _ = tx.send(());
+            })?;
+        Ok(Copier { thread, done })
+    }
+
+    /// Waits until the copier is done, or `deadline`.
+    pub(crate) fn wait_until(&self, deadline: Instant) {
+        let _ = self
+            .done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Once nothing holds the terminal any more (the sandbox has stopped).
+    pub(crate) fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// The relay of the caller's keyboard to the interactive command's terminal, for the
+/// sandbox's life: one thread reads the keyboard and writes to the attached terminal.
 #[derive(Debug)]
 pub(crate) struct TerminalRelay {
     /// The caller's terminal that is read (its stdin).
@@ -98,28 +158,24 @@ pub(crate) struct TerminalRelay {
     saved: Mutex<Option<Termios>>,
     /// The controlling side the input goes to (the running command's).
     current: Arc<Mutex<Option<Arc<OwnedFd>>>>,
-    /// Where the commands' output goes: the caller's stdout, a terminal.
-    output: Arc<OwnedFd>,
     input: Option<JoinHandle<()>>,
-    copiers: Vec<Copier>,
     wake: Arc<OwnedFd>,
 }
 
 impl TerminalRelay {
-    /// Starts relaying between the caller's `keyboard` (stdin) and `output` (stdout).
-    /// `wake` is the read end of `watch`'s pipe.
+    /// Starts relaying the caller's `keyboard` (stdin); the window's size is read from
+    /// `sized_by`. `wake` is the read end of `watch`'s pipe.
     pub(crate) fn start(
         keyboard: BorrowedFd<'_>,
-        output: BorrowedFd<'_>,
+        sized_by: BorrowedFd<'_>,
         wake: OwnedFd,
         watch: &WindowWatch,
     ) -> io::Result<TerminalRelay> {
         let keyboard = keyboard.try_clone_to_owned()?;
-        let output = Arc::new(output.try_clone_to_owned()?);
         let current: Arc<Mutex<Option<Arc<OwnedFd>>>> = Arc::default();
         let input = {
-            let keys = keyboard.try_clone()?;
-            let (current, sized_by) = (Arc::clone(&current), Arc::clone(&output));
+            let (keys, sized_by) = (keyboard.try_clone()?, sized_by.try_clone_to_owned()?);
+            let current = Arc::clone(&current);
             std::thread::Builder::new()
                 .name("capgate-terminal-in".into())
                 .spawn(move || relay_input(&keys, &wake, &current, &sized_by))?
@@ -128,14 +184,12 @@ impl TerminalRelay {
             keyboard,
             saved: Mutex::new(None),
             current,
-            output,
             input: Some(input),
-            copiers: Vec::new(),
             wake: Arc::clone(&watch.0),
         })
     }
 
-    /// While a command runs, the caller's terminal passes every key on as it is typed
+    /// While the command runs, the caller's terminal passes every key on as it is typed
     /// (raw mode): the command's terminal does the line editing, echo and signals. The
     /// settings are taken anew each time, and [`TerminalRelay::cooked`] puts them back.
     pub(crate) fn raw(&self) -> io::Result<()> {
@@ -162,22 +216,12 @@ impl TerminalRelay {
         }
     }
 
-    /// A command's terminal (its controlling side): input goes to it from now on (until
-    /// [`TerminalRelay::detach`]), and its output is copied to the caller's terminal until
-    /// nothing inside holds it.
-    pub(crate) fn attach(&mut self, master: OwnedFd) -> io::Result<()> {
-        // Copiers of commands whose terminals nobody holds any more have ended.
-        self.copiers.retain(|c| !c.thread.is_finished());
-        let master = Arc::new(master);
-        let (reader, output) = (Arc::clone(&master), Arc::clone(&self.output));
-        let (tx, done) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("capgate-terminal-out".into())
-            .spawn(move || {
-                relay_output(reader.as_fd(), output.as_fd());
-                let _ = tx.send(());
-            })?;
-        self.copiers.push(Copier { thread, done });
+    /// The interactive command's terminal (its controlling side): what is typed goes to it
+    /// from now on, until [`TerminalRelay::detach`]. It is made non-blocking: the input
+    /// thread never waits on a terminal whose command has stopped reading.
+    pub(crate) fn attach(&self, master: Arc<OwnedFd>) -> io::Result<()> {
+        let flags = rustix::fs::fcntl_getfl(&*master)?;
+        rustix::fs::fcntl_setfl(&*master, flags | rustix::fs::OFlags::NONBLOCK)?;
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(master);
         // The input thread watches the keyboard now, and the window may have changed since
         // the command's terminal was sized.
@@ -185,28 +229,19 @@ impl TerminalRelay {
         Ok(())
     }
 
-    /// The command has ended: what is typed from now on waits for the next command's
-    /// terminal (or stays in the caller's). Its output is waited for (briefly), so that it
-    /// comes before anything the caller prints next; a process left inside holding the
-    /// terminal keeps its copier going until the sandbox stops.
+    /// The command has ended: keys typed from now on stay in the caller's terminal, and
+    /// those not yet written to its terminal are dropped.
     pub(crate) fn detach(&self) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
         let _ = rustix::io::write(&*self.wake, &[WAKE_RESIZE]);
-        if let Some(last) = self.copiers.last() {
-            let _ = last.done.recv_timeout(Duration::from_secs(2));
-        }
     }
 
-    /// Once the sandbox has stopped (nothing inside holds a terminal any more): the last
-    /// output copied, the input thread ended, the caller's terminal as it was.
+    /// The input thread ended, the caller's terminal as it was.
     pub(crate) fn finish(mut self) {
         self.end();
     }
 
     fn end(&mut self) {
-        for copier in self.copiers.drain(..) {
-            let _ = copier.thread.join();
-        }
         let _ = rustix::io::write(&*self.wake, &[WAKE_QUIT]);
         if let Some(input) = self.input.take() {
             let _ = input.join();
@@ -221,26 +256,19 @@ impl Drop for TerminalRelay {
     }
 }
 
-/// Copies a command's output to the caller's terminal until the pty says that nothing
-/// holds its terminal any more (EIO, once what was written is read). Output the caller's
-/// terminal will not take (it is gone) is read and dropped: the command must never block
-/// on a terminal nobody drains.
-fn relay_output(master: BorrowedFd<'_>, output: BorrowedFd<'_>) {
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut shown = true;
-    loop {
-        match rustix::io::read(master, &mut buf) {
-            Ok(0) => return,
-            Ok(n) => shown = shown && write_all(output, &buf[..n]).is_ok(),
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return,
-        }
-    }
+/// Waits until `fd` is ready for `flags`; `false` if polling fails.
+fn wait_for(fd: BorrowedFd<'_>, flags: rustix::event::PollFlags) -> bool {
+    let mut fds = [rustix::event::PollFd::new(&fd, flags)];
+    matches!(
+        rustix::event::poll(&mut fds, None),
+        Ok(_) | Err(rustix::io::Errno::INTR)
+    )
 }
 
 /// Copies what is typed to the attached command's terminal, and applies window changes,
-/// until told to quit. Keys typed while no command's terminal is attached are kept (up to
-/// [`MAX_PENDING`]) for the next one.
+/// until told to quit. Nothing waits on the command's terminal: keys it has no room for
+/// yet are kept (up to [`MAX_PENDING`]) and written as it makes room, and dropped when it
+/// is detached.
 fn relay_input(
     keyboard: &OwnedFd,
     wake: &OwnedFd,
@@ -250,28 +278,44 @@ fn relay_input(
     use rustix::event::{PollFd, PollFlags, poll};
     let mut keyboard_open = true;
     let mut pending: Vec<u8> = Vec::new();
+    let mut pending_for: Option<Arc<OwnedFd>> = None;
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let attached = current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if let Some(master) = attached.as_ref().filter(|_| !pending.is_empty()) {
-            let _ = write_all(master.as_fd(), &pending);
+        // Keys read for a terminal that is no longer attached are not for the next one.
+        let same = match (&attached, &pending_for) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
             pending.clear();
+            pending_for.clone_from(&attached);
         }
-        let (keys_ready, wake_ready) = {
+        let read_keys = keyboard_open && attached.is_some() && pending.len() < MAX_PENDING;
+        let waiting = attached.as_ref().filter(|_| !pending.is_empty());
+        let (wake_ready, keys_ready, room) = {
             let mut fds = vec![PollFd::new(wake, PollFlags::IN)];
-            if keyboard_open && attached.is_some() {
+            if read_keys {
                 fds.push(PollFd::new(keyboard, PollFlags::IN));
+            }
+            if let Some(master) = waiting {
+                fds.push(PollFd::new(&**master, PollFlags::OUT));
             }
             match poll(&mut fds, None) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => return,
             }
-            let ready = |f: &PollFd<'_>| !f.revents().is_empty();
-            (fds.get(1).is_some_and(ready), ready(&fds[0]))
+            let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+            let room_at = 1 + usize::from(read_keys);
+            (
+                ready(0),
+                read_keys && ready(1),
+                waiting.is_some() && ready(room_at),
+            )
         };
         if wake_ready {
             let mut got = [0u8; 64];
@@ -289,26 +333,24 @@ fn relay_input(
             }
         }
         if keys_ready {
-            let n = match rustix::io::read(keyboard, &mut buf) {
-                Ok(n) if n > 0 => n,
-                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+            match rustix::io::read(keyboard, &mut buf) {
+                Ok(n) if n > 0 => pending.extend_from_slice(&buf[..n]),
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
                 // The caller's terminal hung up: nothing more will be typed.
-                _ => {
-                    keyboard_open = false;
-                    continue;
+                _ => keyboard_open = false,
+            }
+        }
+        if (room || keys_ready)
+            && !pending.is_empty()
+            && let Some(master) = &attached
+        {
+            match rustix::io::write(&**master, &pending) {
+                Ok(n) => {
+                    pending.drain(..n);
                 }
-            };
-            // The command may have ended meanwhile: then the keys wait for the next.
-            let now = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            match now {
-                Some(master) => {
-                    let _ = write_all(master.as_fd(), &buf[..n]);
-                }
-                None if pending.len() + n <= MAX_PENDING => pending.extend_from_slice(&buf[..n]),
-                None => {}
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                // Its command is gone (EIO): what was typed for it is dropped.
+                Err(_) => pending.clear(),
             }
         }
     }
