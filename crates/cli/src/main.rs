@@ -132,9 +132,10 @@ enum Command {
     /// signing within its phases and bounds only; git-identity@1 gets the host's global
     /// git name and email (or --git-identity). Without `--kit`, a built-in shell with no
     /// network grants; the workspace is the current directory, copied. Run from a terminal
-    /// (stdin and stdout), the command gets a terminal of the sandbox's own, relayed as
-    /// `ssh -t` does: job control, Ctrl-C and Ctrl-Z act inside; otherwise it reads nothing
-    /// from the terminal, and its output reaches it through a pipe. Exits with the
+    /// (stdin, in its foreground, stdout not a pipe), the command gets a terminal of the
+    /// sandbox's own, relayed as `ssh -t` does: job control, Ctrl-C and Ctrl-Z act inside;
+    /// otherwise it reads nothing from the terminal, and output to it still goes through a
+    /// terminal of the sandbox's own. Hooks read nothing of stdin. Exits with the
     /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
     /// sandbox cannot start, 126/127 when the command cannot).
     Run(run::RunArgs),
