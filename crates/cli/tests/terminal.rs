@@ -31,6 +31,8 @@ struct OnTerminal {
     terminal: PathBuf,
     child: Child,
     seen: Arc<Mutex<Vec<u8>>>,
+    /// The terminal shows its output slowly (`slow_bash`).
+    slow: bool,
     _home: tempfile::TempDir,
 }
 
@@ -47,11 +49,29 @@ impl OnTerminal {
         Self::spawn(home, "sh", &["-c", script], (24, 80))
     }
 
+    /// `bash -c SCRIPT` on a terminal that shows 2 KB every quarter of a second, as a slow
+    /// link does.
+    fn slow_bash(home: tempfile::TempDir, script: &str) -> OnTerminal {
+        let mut t = Self::spawn_reading(home, "bash", &["-c", script], (24, 80), false);
+        t.slow = true;
+        t
+    }
+
     fn spawn(
         home: tempfile::TempDir,
         program: &str,
         args: &[&str],
+        size: (u16, u16),
+    ) -> OnTerminal {
+        Self::spawn_reading(home, program, args, size, true)
+    }
+
+    fn spawn_reading(
+        home: tempfile::TempDir,
+        program: &str,
+        args: &[&str],
         (rows, cols): (u16, u16),
+        fast: bool,
     ) -> OnTerminal {
         std::fs::create_dir_all(home.path().join("ws")).unwrap();
         let (master, terminal) = new_pty();
@@ -74,10 +94,13 @@ impl OnTerminal {
         let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
         let (reader, into) = (Arc::clone(&master), Arc::clone(&seen));
         std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
+            let mut buf = vec![0u8; if fast { 4096 } else { 2048 }];
             // Ends with EIO once every holder of the terminal has closed it.
             while let Ok(n @ 1..) = rustix::io::read(&*reader, &mut buf) {
                 into.lock().unwrap().extend_from_slice(&buf[..n]);
+                if !fast {
+                    std::thread::sleep(Duration::from_millis(250));
+                }
             }
         });
         OnTerminal {
@@ -85,6 +108,7 @@ impl OnTerminal {
             terminal,
             child,
             seen,
+            slow: false,
             _home: home,
         }
     }
@@ -100,9 +124,10 @@ impl OnTerminal {
     /// Waits until the terminal has shown `text` `times` times in all.
     fn wait_for(&self, text: &str, times: usize) {
         let started = Instant::now();
+        let patience = if self.slow { 4 * PATIENCE } else { PATIENCE };
         while self.shown().matches(text).count() < times {
             assert!(
-                started.elapsed() < PATIENCE,
+                started.elapsed() < patience,
                 "the terminal never showed {text:?} ({times}×); it shows:\n{}",
                 self.shown()
             );
@@ -495,4 +520,69 @@ fn a_non_blocking_terminal_gets_all_of_a_flood_of_output() {
     let shown = t.shown().replace('\r', "");
     assert!(shown.contains("\n199999\n200000\nflood-end"));
     assert!(shown.contains("\n199999\n200000\nflood-again"));
+}
+
+/// The rest of a long paste the command never read is dropped, not left in the caller's
+/// terminal for the caller's shell to run once capgate has ended (the attack: a paste
+/// whose last line is a command).
+#[test]
+fn a_long_paste_is_not_left_for_the_callers_shell() {
+    let home = tempfile::tempdir().unwrap();
+    // bash: its `read -t` waits a second for a line.
+    let t = OnTerminal::spawn(
+        home,
+        "bash",
+        &[
+            "-c",
+            "\"$CAPGATE\" run -- sleep 3; echo \"capgate-exit=$?\"; \
+             n=0; while read -t 1 x; do n=$((n+1)); done; echo \"host-read-lines=$n\"",
+        ],
+        (24, 80),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let master = Arc::clone(&t.master);
+    std::thread::spawn(move || {
+        let line = format!("# {}\n", "x".repeat(1000));
+        for _ in 0..299 {
+            if !type_into(&master, line.as_bytes()) {
+                return;
+            }
+        }
+        type_into(&master, b"echo HOST-RAN-$((6*7))\n");
+    });
+    t.wait_for("host-read-lines=", 1);
+    let shown = t.shown();
+    assert!(shown.contains("capgate-exit=0"), "{shown}");
+    assert!(shown.contains("host-read-lines=0"), "{shown}");
+}
+
+/// A command's output comes out whole before the next command's and before capgate says
+/// anything, however slowly the caller's terminal takes it.
+#[test]
+fn output_keeps_its_order_on_a_slow_terminal() {
+    let home = tempfile::tempdir().unwrap();
+    let kit = write_kit(
+        &home,
+        r#"schemaVersion: "3"
+kind: workload
+capabilities:
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      install:
+        - command: ["sh", "-c", "seq 1 8000 | sed s/^/I/; echo install-done"]
+        - command: ["sh", "-c", "echo hook2-start; exit 3"]
+"#,
+    );
+    let script = format!("\"$CAPGATE\" run --kit {kit} -- true; echo \"capgate-exit=$?\"");
+    let mut t = OnTerminal::slow_bash(home, &script);
+    assert_eq!(t.exit_code(), Some(0), "{}", t.shown());
+    t.wait_for("capgate-exit=", 1);
+    let shown = t.shown().replace('\r', "");
+    let at = |text: &str| {
+        shown
+            .find(text)
+            .unwrap_or_else(|| panic!("{text} not shown:\n{shown}"))
+    };
+    assert!(at("I8000\ninstall-done") < at("hook2-start"), "{shown}");
+    assert!(at("hook2-start") < at("install hook 2 failed"), "{shown}");
 }

@@ -462,19 +462,20 @@ impl Sandbox {
             .iter()
             .map(|(fd, relay)| relay.inner_end().unwrap_or(*fd))
             .collect();
-        if interactive {
-            if self.keyboard.is_none()
-                && let Some(changes) = self.window_changes.take()
-            {
-                self.keyboard = Some(
-                    TerminalRelay::start(stdin, shown_on.unwrap_or(stdin), changes, &self.window)
-                        .map_err(os("relay the terminal"))?,
-                );
-            }
-            if let Some(relay) = &self.keyboard {
-                relay.raw().map_err(os("put the terminal in raw mode"))?;
-            }
+        if interactive
+            && self.keyboard.is_none()
+            && let Some(changes) = self.window_changes.take()
+        {
+            self.keyboard = Some(
+                TerminalRelay::start(stdin, shown_on.unwrap_or(stdin), changes, &self.window)
+                    .map_err(os("relay the terminal"))?,
+            );
         }
+        // Cooked again when this goes, on every path out of the run.
+        let raw = match self.keyboard.as_ref().filter(|_| interactive) {
+            Some(relay) => Some(relay.raw().map_err(os("put the terminal in raw mode"))?),
+            None => None,
+        };
         // The socket is borrowed as a field, so that refusals can be kept while reading it.
         let ctl = self
             .ctl
@@ -522,8 +523,8 @@ impl Sandbox {
             }
         });
         // Whatever the outcome, the caller's terminal is itself again.
+        drop(raw);
         if let Some(relay) = self.keyboard.as_ref().filter(|_| interactive) {
-            relay.cooked();
             relay.detach();
         }
         let reply = reply?;

@@ -96,6 +96,7 @@ const MAX_PENDING: usize = 64 * 1024;
 pub(crate) struct Copier {
     thread: JoinHandle<()>,
     done: Receiver<()>,
+    master: Arc<OwnedFd>,
 }
 
 impl Copier {
@@ -106,9 +107,11 @@ impl Copier {
     /// nobody drains.
     pub(crate) fn start(master: Arc<OwnedFd>, output: OwnedFd) -> io::Result<Copier> {
         let (tx, done) = std::sync::mpsc::channel();
+        let copied = Arc::clone(&master);
         let thread = std::thread::Builder::new()
             .name("capgate-terminal-out".into())
             .spawn(move || {
+                let master = copied;
                 let mut buf = vec![0u8; 16 * 1024];
                 let mut shown = true;
                 loop {
@@ -128,14 +131,32 @@ impl Copier {
                 }
                 let _ = tx.send(());
             })?;
-        Ok(Copier { thread, done })
+        Ok(Copier {
+            thread,
+            done,
+            master,
+        })
     }
 
-    /// Waits until the copier is done, or `deadline`.
+    /// Waits until the copier is done: all of it once nothing inside holds the terminal
+    /// any more (however slowly the caller's terminal takes it), so that it comes before
+    /// what is said next; until `deadline` only while a process left inside holds it.
     pub(crate) fn wait_until(&self, deadline: Instant) {
-        let _ = self
-            .done
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        use rustix::event::{PollFd, PollFlags, poll};
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !matches!(
+            self.done.recv_timeout(left),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        ) {
+            return;
+        }
+        // The pty's controlling side hangs up once every holder of its terminal has closed
+        // it: what is left to copy is bounded, and is waited for.
+        let mut fds = [PollFd::new(&*self.master, PollFlags::empty())];
+        let zero = rustix::event::Timespec::default();
+        if poll(&mut fds, Some(&zero)).is_ok() && fds[0].revents().contains(PollFlags::HUP) {
+            let _ = self.done.recv();
+        }
     }
 
     pub(crate) fn is_finished(&self) -> bool {
@@ -160,6 +181,8 @@ pub(crate) struct TerminalRelay {
     current: Arc<Mutex<Option<Arc<OwnedFd>>>>,
     input: Option<JoinHandle<()>>,
     wake: Arc<OwnedFd>,
+    /// Set before the last wake-up: the input thread ends (a full wake pipe loses no quit).
+    quit: Arc<AtomicBool>,
 }
 
 impl TerminalRelay {
@@ -173,9 +196,11 @@ impl TerminalRelay {
     ) -> io::Result<TerminalRelay> {
         let keyboard = keyboard.try_clone_to_owned()?;
         let current: Arc<Mutex<Option<Arc<OwnedFd>>>> = Arc::default();
+        let quit = Arc::new(AtomicBool::new(false));
         let input = {
             let (keys, sized_by) = (keyboard.try_clone()?, sized_by.try_clone_to_owned()?);
-            let current = Arc::clone(&current);
+            let (current, quit) = (Arc::clone(&current), Arc::clone(&quit));
+            let wake = Wake { pipe: wake, quit };
             std::thread::Builder::new()
                 .name("capgate-terminal-in".into())
                 .spawn(move || relay_input(&keys, &wake, &current, &sized_by))?
@@ -186,20 +211,21 @@ impl TerminalRelay {
             current,
             input: Some(input),
             wake: Arc::clone(&watch.0),
+            quit,
         })
     }
 
     /// While the command runs, the caller's terminal passes every key on as it is typed
     /// (raw mode): the command's terminal does the line editing, echo and signals. The
     /// settings are taken anew each time, and [`TerminalRelay::cooked`] puts them back.
-    pub(crate) fn raw(&self) -> io::Result<()> {
+    pub(crate) fn raw(&self) -> io::Result<RawMode<'_>> {
         let saved = tcgetattr(&self.keyboard)?;
         let mut raw = saved.clone();
         raw.make_raw();
         tcsetattr(&self.keyboard, OptionalActions::Drain, &raw)?;
         *self.saved.lock().unwrap_or_else(PoisonError::into_inner) = Some(saved);
         RAW.store(true, Ordering::SeqCst);
-        Ok(())
+        Ok(RawMode(self))
     }
 
     /// Between commands and after the last, the caller's terminal is as it was: capgate's
@@ -242,12 +268,30 @@ impl TerminalRelay {
     }
 
     fn end(&mut self) {
+        self.quit.store(true, Ordering::SeqCst);
         let _ = rustix::io::write(&*self.wake, &[WAKE_QUIT]);
         if let Some(input) = self.input.take() {
             let _ = input.join();
         }
         self.cooked();
     }
+}
+
+/// The caller's terminal in raw mode for a command: cooked again when dropped, on every
+/// path out of the run.
+#[derive(Debug)]
+pub(crate) struct RawMode<'a>(&'a TerminalRelay);
+
+impl Drop for RawMode<'_> {
+    fn drop(&mut self) {
+        self.0.cooked();
+    }
+}
+
+/// The input thread's wake-ups: a pipe, and the flag that says the last one is to quit.
+struct Wake {
+    pipe: OwnedFd,
+    quit: Arc<AtomicBool>,
 }
 
 impl Drop for TerminalRelay {
@@ -271,7 +315,7 @@ fn wait_for(fd: BorrowedFd<'_>, flags: rustix::event::PollFlags) -> bool {
 /// is detached.
 fn relay_input(
     keyboard: &OwnedFd,
-    wake: &OwnedFd,
+    wake: &Wake,
     current: &Mutex<Option<Arc<OwnedFd>>>,
     sized_by: &OwnedFd,
 ) {
@@ -294,10 +338,13 @@ fn relay_input(
             pending.clear();
             pending_for.clone_from(&attached);
         }
-        let read_keys = keyboard_open && attached.is_some() && pending.len() < MAX_PENDING;
+        // While a command's terminal is attached the keyboard is read even when the keys
+        // cannot be kept (they are dropped, as a terminal drops what overflows its input):
+        // the rest of a long paste must not be left for the caller's shell to run.
+        let read_keys = keyboard_open && attached.is_some();
         let waiting = attached.as_ref().filter(|_| !pending.is_empty());
         let (wake_ready, keys_ready, room) = {
-            let mut fds = vec![PollFd::new(wake, PollFlags::IN)];
+            let mut fds = vec![PollFd::new(&wake.pipe, PollFlags::IN)];
             if read_keys {
                 fds.push(PollFd::new(keyboard, PollFlags::IN));
             }
@@ -319,13 +366,13 @@ fn relay_input(
         };
         if wake_ready {
             let mut got = [0u8; 64];
-            let n = match rustix::io::read(wake, &mut got) {
+            let n = match rustix::io::read(&wake.pipe, &mut got) {
                 Ok(n) => n,
                 Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
                 Err(_) => 0,
             };
             // Every `WindowWatch` dropped, or told to quit.
-            if n == 0 || got[..n].contains(&WAKE_QUIT) {
+            if n == 0 || got[..n].contains(&WAKE_QUIT) || wake.quit.load(Ordering::SeqCst) {
                 return;
             }
             if let (Some(master), Ok(size)) = (&attached, tcgetwinsize(sized_by)) {
@@ -334,7 +381,10 @@ fn relay_input(
         }
         if keys_ready {
             match rustix::io::read(keyboard, &mut buf) {
-                Ok(n) if n > 0 => pending.extend_from_slice(&buf[..n]),
+                Ok(n) if n > 0 => {
+                    let room = MAX_PENDING.saturating_sub(pending.len()).min(n);
+                    pending.extend_from_slice(&buf[..room]);
+                }
                 Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
                 // The caller's terminal hung up: nothing more will be typed.
                 _ => keyboard_open = false,
