@@ -91,18 +91,7 @@ impl OnTerminal {
             .spawn()
             .unwrap();
         let master = Arc::new(master);
-        let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let (reader, into) = (Arc::clone(&master), Arc::clone(&seen));
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; if fast { 4096 } else { 2048 }];
-            // Ends with EIO once every holder of the terminal has closed it.
-            while let Ok(n @ 1..) = rustix::io::read(&*reader, &mut buf) {
-                into.lock().unwrap().extend_from_slice(&buf[..n]);
-                if !fast {
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-            }
-        });
+        let (seen, _) = read_all_of(Arc::clone(&master), fast);
         OnTerminal {
             master,
             terminal,
@@ -169,6 +158,54 @@ impl Drop for OnTerminal {
 
 #[derive(Debug, PartialEq, Eq)]
 struct Modes(String);
+
+/// Reads all that is shown on the terminal whose controlling side is `master` (slowly
+/// unless `fast`: 2 KB every quarter of a second), until EIO, once every holder of the
+/// terminal has closed it: what was shown, and the reader.
+fn read_all_of(
+    master: Arc<OwnedFd>,
+    fast: bool,
+) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
+    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let into = Arc::clone(&seen);
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; if fast { 4096 } else { 2048 }];
+        while let Ok(n @ 1..) = rustix::io::read(&*master, &mut buf) {
+            into.lock().unwrap().extend_from_slice(&buf[..n]);
+            if !fast {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    });
+    (seen, reader)
+}
+
+/// `capgate ARGS` in `home`'s workspace, `line` piped into its stdin (then closed).
+fn capgate_fed(
+    home: &tempfile::TempDir,
+    args: &[&str],
+    line: &str,
+    (stdout, stderr): (Stdio, Stdio),
+) -> std::process::Child {
+    use std::io::Write as _;
+    std::fs::create_dir_all(home.path().join("ws")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(home.path().join("ws"))
+        .env("CAPGATE_HOME", home.path().join("home"))
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(line.as_bytes())
+        .unwrap();
+    child
+}
 
 /// Writes `bytes` to the terminal's controlling side; `false` once nothing holds the
 /// terminal any more.
@@ -308,39 +345,23 @@ fn the_callers_terminal_is_never_handed_into_the_sandbox() {
 #[test]
 fn a_caller_that_is_not_interactive_gets_its_output_on_a_terminal_of_the_sandbox() {
     let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("ws")).unwrap();
     // stdin: a pipe; stdout, stderr: the terminal.
     let (master, path) = new_pty();
-    let slave = || open_terminal(&path);
-    let mut child = Command::new(BIN)
-        .args([
+    let slave = || Stdio::from(open_terminal(&path));
+    let mut child = capgate_fed(
+        &home,
+        &[
             "run",
             "--",
             "sh",
             "-c",
             "read line; ctty=$( (: </dev/tty) 2>/dev/null && echo yes || echo no); echo \"got=$line in=$(readlink /proc/self/fd/0 | cut -c1-5) err=$(tty <&2) ctty=$ctty\"",
-        ])
-        .current_dir(home.path().join("ws"))
-        .env("CAPGATE_HOME", home.path().join("home"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::from(slave()))
-        .stderr(Stdio::from(slave()))
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"piped-line\n").unwrap();
-    }
-    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
-    let into = Arc::clone(&seen);
+        ],
+        "piped-line\n",
+        (slave(), slave()),
+    );
     // Until EIO: capgate, the last holder of the terminal, has exited.
-    let reader = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = rustix::io::read(&master, &mut buf) {
-            into.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
+    let (seen, reader) = read_all_of(Arc::new(master), true);
     let status = child.wait().unwrap();
     reader.join().unwrap();
     let shown = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
@@ -407,7 +428,6 @@ capabilities:
 /// What is piped into capgate is the workload's: a hook reads nothing of it.
 #[test]
 fn hooks_read_nothing_of_what_is_piped_in() {
-    use std::io::Write as _;
     let home = tempfile::tempdir().unwrap();
     let kit = write_kit(
         &home,
@@ -420,22 +440,20 @@ capabilities:
         - command: ["sh", "-c", "read line; echo \"hook-took=[$line]\""]
 "#,
     );
-    let mut child = Command::new(BIN)
-        .args(["run", "--kit", &kit])
-        .args(["--", "sh", "-c", "read l; echo \"workload-got=[$l]\""])
-        .current_dir(home.path().join("ws"))
-        .env("CAPGATE_HOME", home.path().join("home"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"line-for-workload\n")
-        .unwrap();
+    let child = capgate_fed(
+        &home,
+        &[
+            "run",
+            "--kit",
+            &kit,
+            "--",
+            "sh",
+            "-c",
+            "read l; echo \"workload-got=[$l]\"",
+        ],
+        "line-for-workload\n",
+        (Stdio::piped(), Stdio::piped()),
+    );
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");

@@ -36,8 +36,8 @@ use crate::plan::{self, HostView};
 use crate::proto::{self, Reply, Request, WireCommand};
 use crate::report::{LandlockEnforcement, StartReport};
 use crate::spec::{
-    AGENT_ID, ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec, User,
-    VolumeSource, WorkspaceMode,
+    ListenerKind, OVERLAY_LOWER, OVERLAY_UPPER, OVERLAY_WORK, SandboxSpec, VolumeSource,
+    WorkspaceMode,
 };
 use crate::sys::{self, Forked};
 
@@ -841,11 +841,7 @@ fn command_stdio(
             "expected {expected} descriptors for stdio beside the terminal"
         ));
     }
-    let id = match cmd.user {
-        User::Root => 0,
-        User::Agent => AGENT_ID,
-    };
-    let (master, terminal) = crate::linux::open_terminal(id, t.rows, t.cols)
+    let (master, terminal) = crate::linux::open_terminal(cmd.user.id(), t.rows, t.cols)
         .map_err(|e| format!("cannot open a terminal: {e}"))?;
     let mut attached = fds.into_iter();
     let mut next = |is_terminal: bool| -> Result<OwnedFd, String> {

@@ -607,9 +607,8 @@ impl Sandbox {
         for copier in self.copiers.drain(..) {
             copier.join();
         }
-        if let Some(relay) = self.keyboard.take() {
-            relay.finish();
-        }
+        // The keyboard's relay ends, and the caller's terminal is as it was.
+        drop(self.keyboard.take());
         // The helper removes the cgroups; if it was killed, they are empty now (its death
         // took the init and the whole pid namespace with it) and removed here.
         // A cgroup is busy until the kernel has finished tearing down its last process,

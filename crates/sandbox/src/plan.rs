@@ -1017,10 +1017,7 @@ pub(crate) fn command_effects(
     stdio: [i32; 3],
     terminal: Option<i32>,
 ) -> Vec<Effect> {
-    let id = match user {
-        User::Root => 0,
-        User::Agent => AGENT_ID,
-    };
+    let id = user.id();
     let program = argv.first().cloned().unwrap_or_default();
     let mut effects = vec![
         Effect::NewSession,

@@ -236,6 +236,16 @@ pub enum User {
     Agent,
 }
 
+impl User {
+    /// Its uid, which is its gid too, inside.
+    pub(crate) fn id(self) -> u32 {
+        match self {
+            User::Root => 0,
+            User::Agent => AGENT_ID,
+        }
+    }
+}
+
 /// One command to run inside.
 #[derive(Debug)]
 pub struct RunCommand {

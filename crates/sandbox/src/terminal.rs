@@ -85,10 +85,11 @@ impl WindowWatch {
     }
 }
 
+/// The byte that wakes the input thread (to read the window's size, or to find the quit
+/// flag set).
 const WAKE_RESIZE: u8 = b'r';
-const WAKE_QUIT: u8 = b'q';
 
-/// The most typed bytes kept while no command's terminal takes them.
+/// The most typed bytes kept while the command's terminal has no room for them.
 const MAX_PENDING: usize = 64 * 1024;
 
 /// A command's output copier: its thread, and word when it is done.
@@ -261,20 +262,6 @@ impl TerminalRelay {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
         let _ = rustix::io::write(&*self.wake, &[WAKE_RESIZE]);
     }
-
-    /// The input thread ended, the caller's terminal as it was.
-    pub(crate) fn finish(mut self) {
-        self.end();
-    }
-
-    fn end(&mut self) {
-        self.quit.store(true, Ordering::SeqCst);
-        let _ = rustix::io::write(&*self.wake, &[WAKE_QUIT]);
-        if let Some(input) = self.input.take() {
-            let _ = input.join();
-        }
-        self.cooked();
-    }
 }
 
 /// The caller's terminal in raw mode for a command: cooked again when dropped, on every
@@ -294,9 +281,15 @@ struct Wake {
     quit: Arc<AtomicBool>,
 }
 
+/// Dropped: the input thread ended, the caller's terminal as it was.
 impl Drop for TerminalRelay {
     fn drop(&mut self) {
-        self.end();
+        self.quit.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&*self.wake, &[WAKE_RESIZE]);
+        if let Some(input) = self.input.take() {
+            let _ = input.join();
+        }
+        self.cooked();
     }
 }
 
@@ -372,7 +365,7 @@ fn relay_input(
                 Err(_) => 0,
             };
             // Every `WindowWatch` dropped, or told to quit.
-            if n == 0 || got[..n].contains(&WAKE_QUIT) || wake.quit.load(Ordering::SeqCst) {
+            if n == 0 || wake.quit.load(Ordering::SeqCst) {
                 return;
             }
             if let (Some(master), Ok(size)) = (&attached, tcgetwinsize(sized_by)) {
