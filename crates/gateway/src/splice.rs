@@ -31,6 +31,29 @@ pub(crate) struct Pipe {
     step: usize,
 }
 
+/// Writes all of `bytes` to `dst` with `MSG_MORE`: TCP holds them back to leave with what
+/// is sent next, so a response head and the start of its body share a segment instead of
+/// the head going out alone (the sockets have `TCP_NODELAY`). The caller must send more
+/// right after, or the bytes wait for the kernel's cork timer.
+pub(crate) async fn send_before_more(
+    dst: &TcpStream,
+    mut bytes: &[u8],
+    idle: Duration,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stall::writing(idle, dst.writable()).await?;
+        match dst.try_io(Interest::WRITABLE, || {
+            Ok(rustix::net::send(dst, bytes, rustix::net::SendFlags::MORE)?)
+        }) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 impl Pipe {
     pub(crate) fn new() -> io::Result<Self> {
         let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
@@ -172,6 +195,32 @@ mod tests {
             reader.await.unwrap() == expected,
             "the bodies arrive in order, whole"
         );
+    }
+
+    /// A head sent with `MSG_MORE` waits for the body's first splice and leaves with it; the
+    /// last splice pushes everything out, so the reader gets head and body, in order, without
+    /// waiting on a cork that nothing releases.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_held_for_more_leaves_with_the_body() {
+        let (mut up_far, up_near) = pair().await;
+        let (down_near, mut down_far) = pair().await;
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
+        let body = pattern(100_000);
+        let total = head.len() + body.len();
+        up_far.write_all(&body).await.unwrap();
+        send_before_more(&down_near, head, IDLE).await.unwrap();
+        Pipe::new()
+            .unwrap()
+            .tcp_to_tcp(&up_near, &down_near, body.len() as u64, IDLE)
+            .await
+            .unwrap();
+        let mut got = vec![0u8; total];
+        tokio::time::timeout(Duration::from_secs(10), down_far.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got[..head.len()], head);
+        assert!(got[head.len()..] == body[..], "the body follows the head");
     }
 
     #[tokio::test]
