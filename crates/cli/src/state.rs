@@ -296,6 +296,12 @@ pub fn reclaim_abandoned_runs(store: &mut Store) -> Vec<String> {
         if !dir.is_marked_ephemeral() {
             continue;
         }
+        // Its cgroups first: a run killed together with its helper leaves them (empty once
+        // its processes are gone); one still busy keeps the whole run for a later try.
+        if let Err(e) = capgate_sandbox::remove_leftover_cgroups(&name) {
+            say!("capgate: WARNING: the abandoned run `{name}` is left: {e}");
+            continue;
+        }
         match store.remove_sandbox(&name) {
             Ok(_) | Err(capgate_policy::store::StoreError::NoSuchSandbox { .. }) => {}
             Err(e) => {

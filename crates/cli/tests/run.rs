@@ -10,7 +10,7 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -1332,6 +1332,123 @@ fn a_terminated_run_still_cleans_up() {
             out(&ls)
         );
     }
+}
+
+/// The cgroup directories named `name` under a `capgate` directory, anywhere in the
+/// host's cgroup hierarchies (v1 or v2).
+fn cgroups_named(name: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, name: &str, depth: usize, found: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == name && dir.file_name().is_some_and(|p| p == "capgate") {
+                found.push(path);
+            } else if depth > 0 {
+                walk(&path, name, depth - 1, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(Path::new("/sys/fs/cgroup"), name, 8, &mut found);
+    found
+}
+
+/// A run killed together with its helper (`pkill -9 capgate` matches both) leaves its
+/// cgroups too, empty once the sandbox has died with the helper; reclaiming the run removes
+/// them. Twin: a run still going keeps its cgroups through the same reclaim.
+#[test]
+fn a_run_killed_with_its_helper_leaves_no_cgroup_behind() {
+    let env = setup();
+    let ws = env.path("ws").display().to_string();
+    let sandboxes = env.path("home/sandboxes");
+    // Each run leads a process group of its own, so that one kill(2) reaches the run and its
+    // helper at once: neither gets to clean up after the other has gone.
+    let start = || {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = Command::new(BIN)
+            .args(["run", "--workspace", &ws, "--", "sh", "-c"])
+            .arg("echo started; sleep 30")
+            .current_dir(env.path("ws"))
+            .env("CAPGATE_HOME", env.path("home"))
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        assert_eq!(first, "started\n");
+        (child, stdout)
+    };
+    let run_names = || -> Vec<String> {
+        std::fs::read_dir(&sandboxes)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let (mut killed, killed_out) = start();
+    let [name] = run_names().try_into().unwrap();
+    let (mut going, _going_out) = start();
+    let going_name = run_names().into_iter().find(|n| *n != name).unwrap();
+    let cgroups = cgroups_named(&name);
+    assert!(!cgroups.is_empty(), "the run has cgroups");
+    assert!(!cgroups_named(&going_name).is_empty());
+
+    // SIGKILL the run's process and its helper at once: nothing of capgate cleans up.
+    let caller = killed.id();
+    let in_group: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(')')?.1.to_owned();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            // Fields after the name: state, ppid, pgrp.
+            (fields.get(1) == Some(&caller.to_string().as_str())
+                && fields.get(2) == Some(&caller.to_string().as_str()))
+            .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert!(!in_group.is_empty(), "the run's helper is in its group");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", "--", &format!("-{caller}")])
+            .status()
+            .unwrap()
+            .success()
+    );
+    killed.wait().unwrap();
+    // The sandbox dies with its helper: the workload's output ends.
+    assert_eq!(std::io::read_to_string(killed_out).unwrap(), "");
+    // Its processes leave the cgroups as they die; wait (bounded) for them to be empty.
+    let empty = |dir: &PathBuf| {
+        std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+    };
+    for _ in 0..200 {
+        if cgroups.iter().all(empty) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(cgroups_named(&name), cgroups, "left by the kill");
+
+    let o = env.capgate(&["ls", "--json"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert!(cgroups_named(&name).is_empty(), "{:?}", out(&o));
+    assert!(!sandboxes.join(&name).exists());
+    // The run still going keeps its cgroups and its state.
+    assert!(!cgroups_named(&going_name).is_empty());
+    assert!(sandboxes.join(&going_name).exists());
+    going.kill().unwrap();
+    going.wait().unwrap();
 }
 
 /// A run killed outright (SIGKILL: no handler runs) leaves its state behind; the next

@@ -254,6 +254,47 @@ fn writable(dir: &Path) -> bool {
     nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
+/// Removes the cgroups of sandbox `name` that a run killed together with its helper left
+/// behind (the helper removes them otherwise). Only empty ones go: the kernel refuses to
+/// remove a cgroup that still has processes. A helper that outlived its run is stopping
+/// the sandbox and removes the cgroups itself within moments, so a busy one is waited for,
+/// up to [`LEFTOVER_WAIT`]; then the refusal is returned, naming the directory, so that the
+/// caller can leave the rest of the run for later. Found where this
+/// process would make them: the v1 hierarchies nest under the caller's own cgroup, so a
+/// run started from another cgroup is not found from here.
+pub fn remove_leftover(name: &str) -> Result<(), String> {
+    let layout = Layout::of_host(
+        &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+    );
+    for home in [&layout.pids, &layout.memory, &layout.cpu]
+        .into_iter()
+        .flatten()
+    {
+        let dir = sandbox_dir(home, name);
+        let deadline = std::time::Instant::now() + LEFTOVER_WAIT;
+        loop {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(format!("cannot remove the cgroup `{}`: {e}", dir.display()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How long [`remove_leftover`] waits for a cgroup to empty.
+const LEFTOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The directory of sandbox `name` under a home.
 pub(crate) fn sandbox_dir(home: &Home, name: &str) -> PathBuf {
     home.base.join("capgate").join(name)

@@ -57,6 +57,7 @@ mod spec;
 mod sys;
 mod terminal;
 
+pub use cgroup::remove_leftover as remove_leftover_cgroups;
 pub use error::{SandboxError, Step};
 pub use helper::helper_main;
 pub use host::{Dialer, Prepared, Sandbox, Stopper};
