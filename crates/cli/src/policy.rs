@@ -142,15 +142,17 @@ pub struct RuleArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("selector").required(true).args(["id", "resource"])))]
 pub struct RmArgs {
-    #[arg(
-        long,
-        conflicts_with = "resource",
-        required_unless_present = "resource"
-    )]
+    /// The rule with this id (as `policy ls` shows it), whatever its scope.
+    #[arg(long)]
     id: Option<String>,
+    /// Every user rule naming this resource in one scope: the global rules, or with
+    /// `--sandbox` that sandbox's. (So removing a global allow never takes a sandbox's
+    /// deny of the same host with it.)
     #[arg(long)]
     resource: Option<String>,
+    /// The scope: that sandbox's rules only.
     #[arg(long)]
     sandbox: Option<String>,
 }
@@ -426,11 +428,17 @@ fn rm(a: &RmArgs) -> Result<u8> {
     let scope = a.sandbox.clone().map(Scope::Sandbox);
     let removed: Vec<Rule> = match (&a.id, &a.resource) {
         (Some(id), _) => vec![store.remove_rule_by_id(id, scope.as_ref())?],
-        (None, Some(resource)) => store.remove_rules_by_resource(resource, scope.as_ref())?,
+        (None, Some(resource)) => store
+            .remove_rules_by_resource(resource, Some(scope.as_ref().unwrap_or(&Scope::Global)))?,
         (None, None) => bail!("at least one selector is required: use --id or --resource"),
     };
     if removed.is_empty() {
-        bail!("no user rule matches");
+        match (&a.resource, &a.sandbox) {
+            (Some(resource), None) => bail!(
+                "no global user rule names `{resource}` (a sandbox's rules are removed with `--sandbox NAME`)"
+            ),
+            _ => bail!("no user rule matches"),
+        }
     }
     for r in removed {
         println!(

@@ -141,23 +141,27 @@ pub struct Provisioned {
 /// relative to the lock's directory `base` (so that the lock can move with its kits),
 /// which alone say little (`.`).
 fn kit_locations(plan: &Plan, base: &Path) -> Vec<String> {
-    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
     plan.order()
         .into_iter()
-        .map(|reference| {
-            let mut path = PathBuf::new();
-            for c in base.join(reference).components() {
-                match c {
-                    std::path::Component::CurDir => {}
-                    std::path::Component::ParentDir => {
-                        path.pop();
-                    }
-                    other => path.push(other),
-                }
-            }
-            path.display().to_string()
-        })
+        .map(|reference| kit_location(base, reference))
         .collect()
+}
+
+/// Where the kit `reference` (relative to the composition's `base`) is, as an absolute
+/// path without `.` or `..`.
+fn kit_location(base: &Path, reference: &str) -> String {
+    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    let mut path = PathBuf::new();
+    for c in base.join(reference).components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                path.pop();
+            }
+            other => path.push(other),
+        }
+    }
+    path.display().to_string()
 }
 
 /// Resolves, gates against the lock, records the sandbox and provisions its kit rules, then
@@ -187,6 +191,17 @@ pub fn provision(
             }
         }
     };
+    // What the composition leaves out is said, never dropped in silence: an optional
+    // entry of a type capgate does not know (often a typo) would otherwise take, say, an
+    // exec list away without a word.
+    for k in plan.skipped() {
+        say!(
+            "capgate: WARNING: kit `{}` {}: this optional entry is skipped and grants nothing: {}",
+            capgate_spec::text::printable(&kit_location(&base, &k.kit)),
+            capgate_spec::text::printable(&k.path),
+            capgate_spec::text::printable(&k.reason)
+        );
+    }
     // Rules the store would refuse stop everything before anything is written: no lock,
     // no composition (whose credential routes the gateway follows), no sentinels.
     let rules = kit_rules(&args.name, &plan);

@@ -202,6 +202,61 @@ fn deny_wins_across_sources_and_unmatched_is_implicit() {
     assert_eq!(v["deny_kind"], "implicit");
 }
 
+/// `policy rm --resource` without `--sandbox` removes the global rules naming the
+/// resource, as `policy allow` without `--sandbox` made them: tidying a global allow must
+/// not take a sandbox's deny of the same host with it (that would widen the sandbox).
+/// Twin: with `--sandbox` the sandbox's deny goes, and the host is allowed there again.
+#[test]
+fn removing_a_global_rule_by_resource_keeps_a_sandboxs_deny() {
+    let h = Home::new();
+    let check_in_s1 = || {
+        h.json(&[
+            "policy",
+            "check",
+            "network",
+            "evil.example",
+            "--sandbox",
+            "s1",
+            "--json",
+        ])
+    };
+    let ok = |args: &[&str]| {
+        let out = h.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        text(&out)
+    };
+    ok(&[
+        "policy",
+        "deny",
+        "network",
+        "evil.example",
+        "--sandbox",
+        "s1",
+    ]);
+    ok(&["policy", "allow", "network", "evil.example"]);
+    let removed = ok(&["policy", "rm", "--resource", "evil.example"]);
+    assert_eq!(removed.matches("removed rule").count(), 1, "{removed}");
+    let (code, v) = check_in_s1();
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(v["decision"], "deny", "{v}");
+    // Nothing global is left to remove: said, with how to reach the sandbox's rule.
+    let out = h.run(&["policy", "rm", "--resource", "evil.example"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("--sandbox NAME"), "{}", text(&out));
+    let removed = ok(&[
+        "policy",
+        "rm",
+        "--resource",
+        "evil.example",
+        "--sandbox",
+        "s1",
+    ]);
+    assert_eq!(removed.matches("removed rule").count(), 1, "{removed}");
+    ok(&["policy", "allow", "network", "evil.example"]);
+    let (code, v) = check_in_s1();
+    assert_eq!(code, 0, "{v}");
+}
+
 #[test]
 fn provisioned_rules_cannot_be_removed_and_recreate_replaces_them_atomically() {
     let h = Home::new();

@@ -1334,6 +1334,49 @@ fn a_terminated_run_still_cleans_up() {
     }
 }
 
+/// An optional entry the composition leaves out (here a typo of `dev.capgate/exec@1`,
+/// whose exec list would have bounded the workload) is said at run and at create, naming
+/// the kit and the entry; the run goes on without it. Twin: the same kit with the type
+/// spelled right says nothing of the kind, and its exec list holds.
+#[test]
+fn an_optional_entry_left_out_is_said() {
+    let env = setup();
+    let kit = env.path("typo");
+    std::fs::create_dir_all(&kit).unwrap();
+    let write = |ty: &str| {
+        std::fs::write(
+            kit.join("kit.yaml"),
+            format!("schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/sbx@1\n  - type: {ty}\n    optional: true\n    config:\n      allow: [/usr/bin/python3]\n"),
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(kit.join("capgate.lock"));
+    };
+    let k = kit.to_str().unwrap();
+    write("dev.capgate/exce@1");
+    let o = env.capgate(&["run", "--kit", k, "--", "sh", "-c", "echo ran"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "ran\n");
+    let warning = format!(
+        "capgate: WARNING: kit `{k}` capabilities[1]: this optional entry is skipped and grants nothing: unsupported capability type `dev.capgate/exce@1`"
+    );
+    assert!(stderr.contains(&warning), "{stderr}");
+    let o = env.capgate(&["create", "typo", "--kit", k], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains(&warning), "{stderr}");
+
+    write("dev.capgate/exec@1");
+    let o = env.capgate(&["run", "--kit", k, "--", "sh", "-c", "echo ran"], None);
+    let (stdout, stderr) = out(&o);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "the exec list holds: {stdout}{stderr}"
+    );
+    assert!(!stderr.contains("skipped"), "{stderr}");
+}
+
 /// The cgroup directories named `name` under a `capgate` directory, anywhere in the
 /// host's cgroup hierarchies (v1 or v2).
 fn cgroups_named(name: &str) -> Vec<PathBuf> {

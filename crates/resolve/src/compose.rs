@@ -592,6 +592,7 @@ impl<'c> Merge<'c> {
                     source: None,
                     parameterized: false,
                     capability: None,
+                    type_pos: capgate_spec::descriptor::Place::default(),
                 }),
             }
         }
@@ -900,6 +901,7 @@ fn typed_entry(meta: Meta, capability: Capability) -> Result<Entry, Refusal> {
         source: None,
         parameterized: false,
         capability: Some(capability),
+        type_pos: capgate_spec::descriptor::Place::default(),
     })
 }
 

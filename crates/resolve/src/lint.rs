@@ -60,10 +60,20 @@ pub enum Check {
     /// A path glob the gateway cannot judge (a dot segment, an encoded `/`): creating a
     /// sandbox from the kit fails.
     InvalidPath,
+    /// A capability type capgate does not know, often a typo of one it does
+    /// (`dev.capgate/exce@1`): a required one refuses the kit at create, an optional one is
+    /// skipped and grants nothing, so an exec list or a limit meant for the workload is gone.
+    UnknownType,
+    /// A well-known type capgate does not honour (`privileged@1`, `kit-registry@1`,
+    /// `usb-device@1`): refused when required, skipped when optional. Always a warning:
+    /// the kit is right for a runtime that honours the type.
+    UnsupportedType,
 }
 
 impl Check {
-    pub const ALL: [Check; 14] = [
+    pub const ALL: [Check; 16] = [
+        Check::UnknownType,
+        Check::UnsupportedType,
         Check::InvalidHost,
         Check::InvalidPath,
         Check::UnwritablePlace,
@@ -96,6 +106,8 @@ impl Check {
             Check::BroadExec => "broad-exec",
             Check::UnusableInjectDomain => "unusable-inject-domain",
             Check::InvalidPath => "invalid-path",
+            Check::UnknownType => "unknown-type",
+            Check::UnsupportedType => "unsupported-type",
         }
     }
 
@@ -232,6 +244,7 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     if descriptor.kind == Kind::Workload {
         unused_install_grants(&entries, &grants, &mut out);
     }
+    unknown_types(&entries, &mut out);
     unwritable_places(&entries, &mut out);
     exec_lists(&entries, &mut out);
     inject_domains(&entries, options, &mut out);
@@ -703,6 +716,94 @@ fn program_dir(entry: &str) -> Option<String> {
 
 /// `dev.capgate/exec@1` lists: a program the workload could replace (the run is refused),
 /// and entries that let every program of a system directory run.
+/// Entries of types capgate does not know, with the known type they most likely meant,
+/// and of well-known types it does not honour.
+fn unknown_types(entries: &[(String, &Entry)], out: &mut Findings) {
+    for (at, entry) in entries {
+        let written = entry.type_name.as_str();
+        let (check, what) = match entry.known {
+            None => {
+                let meant = likely_meant(written)
+                    .map_or_else(String::new, |t| format!(" (did you mean `{t}`?)"));
+                (
+                    Check::UnknownType,
+                    format!("`{written}` is not a type capgate knows{meant}"),
+                )
+            }
+            Some(t) if crate::select::UNSUPPORTED.contains(&t) => (
+                Check::UnsupportedType,
+                format!("capgate does not honour `{written}`"),
+            ),
+            Some(_) => continue,
+        };
+        let path = Path::from(at.as_str()).key("type");
+        let pos = entry.type_pos.0;
+        if check == Check::UnsupportedType && !entry.optional {
+            // The kit is right for a runtime that honours the type; capgate is not one.
+            out.warn(
+                check,
+                &path,
+                pos,
+                format!("{what}: this required entry makes capgate refuse the kit at create (a runtime that honours it can run it)"),
+            );
+        } else if entry.optional {
+            out.warn(
+                check,
+                &path,
+                pos,
+                format!("{what}: this optional entry is skipped and grants nothing"),
+            );
+        } else {
+            out.error(
+                check,
+                &path,
+                pos,
+                format!("{what}: this required entry refuses the kit, so creating a sandbox from it fails"),
+            );
+        }
+    }
+}
+
+/// The known type a written one is most likely a slip of: the same name in another
+/// namespace or version, or one a few letters away.
+fn likely_meant(written: &str) -> Option<&'static str> {
+    let bare = |t: &str| -> String {
+        let name = t.rsplit_once('/').map_or(t, |(_, n)| n);
+        name.split_once('@').map_or(name, |(n, _)| n).to_owned()
+    };
+    let written_bare = bare(written);
+    let known = KnownType::ALL.into_iter().map(KnownType::name);
+    if let Some(same) = known
+        .clone()
+        .filter(|k| bare(k) == written_bare)
+        // The nearest; of equals, the newest version.
+        .min_by_key(|k| (edit_distance(written, k), std::cmp::Reverse(*k)))
+    {
+        return Some(same);
+    }
+    known
+        .map(|k| (edit_distance(written, k), k))
+        .filter(|&(d, _)| d <= 3)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance between two short strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
 fn exec_lists(entries: &[(String, &Entry)], out: &mut Findings) {
     let volumes = volume_paths(entries);
     for (at, entry) in entries {
@@ -1160,6 +1261,58 @@ mod tests {
         // Its twin: read paths in the workspace, a write place within it.
         let ok = "  - type: dev.capgate/filesystem@1\n    config:\n      write: [/home/agent/workspace/out]\n      read: [/home/agent/workspace/inputs]\n";
         assert_eq!(lint(&kit("workload", ok), &opts(true)), vec![]);
+    }
+
+    /// A typo of a known type is named, with what it most likely meant: an error when the
+    /// entry is required (create refuses the kit), a warning when optional (skipped, so
+    /// its exec list is silently gone). So is a well-known type capgate does not honour.
+    /// Twins: the known type itself, and another tool's type, which gets no guess.
+    #[test]
+    fn unknown_types_are_named_with_what_they_likely_meant() {
+        let caps = "  - type: dev.capgate/exce@1\n    optional: true\n    config:\n      allow: [/usr/bin/python3]\n  - type: com.docker.sandbox/network-policy@3\n    config: {}\n  - type: com.docker.sandbox/exec@1\n    optional: true\n  - type: org.example/thing@1\n    optional: true\n  - type: dev.capgate/exec@1\n    config:\n      allow: [/usr/bin/python3]\n  - type: com.docker.sandbox/privileged@1\n  - type: com.docker.sandbox/kit-registry@1\n    optional: true\n";
+        let found = lint(&kit("workload", caps), &opts(false));
+        let said: Vec<String> = found
+            .iter()
+            .map(|f| format!("{} {} {:?}", f.check, f.path.as_str(), f.severity))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "unknown-type capabilities[0].type Warning",
+                "unknown-type capabilities[1].type Error",
+                "unknown-type capabilities[2].type Warning",
+                "unknown-type capabilities[3].type Warning",
+                "unsupported-type capabilities[5].type Warning",
+                "unsupported-type capabilities[6].type Warning",
+            ],
+        );
+        assert!(
+            found[0]
+                .message
+                .contains("did you mean `dev.capgate/exec@1`?")
+        );
+        assert!(found[0].message.contains("skipped and grants nothing"));
+        assert!(
+            found[1]
+                .message
+                .contains("did you mean `com.docker.sandbox/network-policy@2`?"),
+            "{}",
+            found[1].message
+        );
+        assert!(found[1].message.contains("refuses the kit"));
+        assert!(
+            found[2]
+                .message
+                .contains("did you mean `dev.capgate/exec@1`?")
+        );
+        assert!(
+            !found[3].message.contains("did you mean"),
+            "{}",
+            found[3].message
+        );
+        // Each points at the line of its `type`.
+        let lines: Vec<u32> = found.iter().map(|f| f.pos.line).collect();
+        assert_eq!(lines, [4, 8, 10, 12, 17, 18], "{found:#?}");
     }
 
     #[test]

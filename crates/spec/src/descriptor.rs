@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
 use crate::caps::{Capability, KnownType};
-use crate::node::Node;
+use crate::node::{Node, Pos};
 
 /// What a kit is (spec §1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -219,6 +219,19 @@ pub struct Entry {
     pub parameterized: bool,
     /// The typed config: set for well-known types whose config is literal and valid.
     pub capability: Option<Capability>,
+    /// Where the entry's `type` was written (unknown for merged entries).
+    pub type_pos: Place,
+}
+
+/// Where something was written, for messages only: equal to every other place, so that
+/// the same entry written on two lines is still the same entry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Place(pub Pos);
+
+impl PartialEq for Place {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Serialize for Entry {

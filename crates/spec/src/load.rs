@@ -965,6 +965,7 @@ impl Reader<'_> {
             source,
             parameterized,
             capability,
+            type_pos: crate::descriptor::Place(type_pos),
         })
     }
 
