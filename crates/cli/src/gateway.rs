@@ -94,7 +94,7 @@ pub fn ca() -> Result<CertificateAuthority> {
 pub fn ca_command(cmd: &CaCommand) -> Result<u8> {
     match cmd {
         CaCommand::Path => {
-            println!("{}", ca()?.cert_path().display());
+            out!("{}", ca()?.cert_path().display());
             Ok(exit::OK)
         }
     }
@@ -137,10 +137,10 @@ pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
         SecretCommand::Set { service } => {
             let value = read_secret(service)?;
             store.set(service, &value)?;
-            println!("stored the secret for `{service}`");
+            out!("stored the secret for `{service}`");
             // As stored: the line end is not part of it.
             if value.trim_end_matches(['\n', '\r']).len() < capgate_gateway::mask::MIN_MASKED_LEN {
-                eprintln!(
+                say!(
                     "capgate: warning: the secret is shorter than {} bytes: an answer that quotes it back is not masked (so short a value occurs by chance)",
                     capgate_gateway::mask::MIN_MASKED_LEN
                 );
@@ -149,12 +149,12 @@ pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
         SecretCommand::Ls { json } => {
             let services = store.services()?;
             if *json {
-                println!("{}", serde_json::json!({ "services": services }));
+                out!("{}", serde_json::json!({ "services": services }));
             } else if services.is_empty() {
-                println!("no secrets (add one with `capgate secret set SERVICE < file`)");
+                out!("no secrets (add one with `capgate secret set SERVICE < file`)");
             } else {
                 for s in services {
-                    println!("{s}");
+                    out!("{s}");
                 }
             }
         }
@@ -162,7 +162,7 @@ pub fn secret_command(cmd: &SecretCommand) -> Result<u8> {
             if !store.remove(service)? {
                 bail!("no secret is stored for `{service}`");
             }
-            println!("removed the secret for `{service}`");
+            out!("removed the secret for `{service}`");
         }
     }
     Ok(exit::OK)
@@ -451,7 +451,7 @@ pub fn env_command(args: &EnvArgs) -> Result<u8> {
         &bundle.display().to_string(),
     )?;
     for (k, v) in env {
-        println!("{k}={v}");
+        out!("{k}={v}");
     }
     Ok(exit::OK)
 }

@@ -384,7 +384,7 @@ fn print_json(lock: &str, widenings: &[KitWidening], written: bool) -> Result<()
         widenings,
         written,
     };
-    println!("{}", crate::json_text(&body)?);
+    out!("{}", crate::json_text(&body)?);
     Ok(())
 }
 

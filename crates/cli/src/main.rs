@@ -4,6 +4,20 @@
 /// A line to stderr that never panics: `eprintln!` panics when stderr is a pipe whose
 /// reader left or a full device, which in the middle of `capgate run` would skip stopping
 /// the sandbox and removing its state. A message that cannot be written is dropped.
+/// `println!` that hands the write's error to the caller (`?`, in a function returning
+/// `anyhow::Result`) instead of panicking: a reader that closed the pipe ends the command
+/// quietly, a full disk with a message (see `main`).
+macro_rules! out {
+    () => {
+        out!("")
+    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+            .map_err(|e| anyhow::Error::new(e).context("cannot write to standard output"))?
+    }};
+}
+
 macro_rules! say {
     () => {
         say!("")
@@ -268,9 +282,11 @@ fn harden_process() {
 fn doctor(json: bool) -> anyhow::Result<u8> {
     let report = capgate_sandbox::probe_host();
     if json {
-        println!("{}", crate::json_text(&report)?);
+        out!("{}", crate::json_text(&report)?);
     } else {
-        print!("{report}");
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), "{report}")
+            .map_err(|e| anyhow::Error::new(e).context("cannot write to standard output"))?;
     }
     Ok(if report.problems().next().is_none() {
         exit::OK
@@ -281,6 +297,6 @@ fn doctor(json: bool) -> anyhow::Result<u8> {
 
 fn print_schema() -> anyhow::Result<u8> {
     let schema = capgate_spec::schema::descriptor_schema();
-    println!("{}", crate::json_text(&schema)?);
+    out!("{}", crate::json_text(&schema)?);
     Ok(exit::OK)
 }

@@ -235,12 +235,12 @@ fn prune_log(before: Timestamp, json: bool) -> Result<u8> {
     let mut store = open_store()?;
     let removed = capgate_policy::audit::prune(&mut store, before)?;
     if json {
-        println!(
+        out!(
             "{}",
             crate::json_text(&serde_json::json!({ "pruned": removed, "before": before }))?
         );
     } else {
-        println!(
+        out!(
             "pruned {removed} event{} recorded before {before}",
             if removed == 1 { "" } else { "s" }
         );
@@ -280,8 +280,8 @@ fn init(preset: &str) -> Result<u8> {
     };
     let mut store = open_store()?;
     let rules = store.apply_preset(p)?;
-    println!("preset `{}`: {} default rules", p.as_str(), rules.len());
-    println!("{PRESET_NOTE}");
+    out!("preset `{}`: {} default rules", p.as_str(), rules.len());
+    out!("{PRESET_NOTE}");
     Ok(exit::OK)
 }
 
@@ -301,24 +301,30 @@ fn ls(a: &LsArgs) -> Result<u8> {
     };
     let rules = store.rules(&filter)?;
     if a.json {
-        println!(
+        out!(
             "{}",
             crate::json_text(&serde_json::json!({ "rules": rules }))?
         );
         return Ok(exit::OK);
     }
     let preset = store.preset()?.map_or("none", |p| p.as_str());
-    println!("Preset: {preset}. {PRESET_NOTE}\n");
+    out!("Preset: {preset}. {PRESET_NOTE}\n");
     if rules.is_empty() {
-        println!("no rules");
+        out!("no rules");
         return Ok(exit::OK);
     }
-    println!(
+    out!(
         "{:<16} {:<26} {:<20} {:<7} {:<8} {:<8} {:<8} RESOURCES",
-        "ID", "NAME", "SCOPE", "SOURCE", "DECISION", "PHASE", "EDITABLE"
+        "ID",
+        "NAME",
+        "SCOPE",
+        "SOURCE",
+        "DECISION",
+        "PHASE",
+        "EDITABLE"
     );
     for r in &rules {
-        println!(
+        out!(
             "{:<16} {:<26} {:<20} {:<7} {:<8} {:<8} {:<8} {}",
             r.id,
             r.name,
@@ -413,7 +419,7 @@ fn add(a: &RuleArgs, decision: Decision) -> Result<u8> {
     rule.phase = a.phase.map(PhaseArg::phase);
     let mut store = open_store()?;
     let stored = store.add_rule(rule)?;
-    println!(
+    out!(
         "added {} rule {} ({}) for {}",
         json_word(&stored.decision),
         stored.id,
@@ -441,7 +447,7 @@ fn rm(a: &RmArgs) -> Result<u8> {
         }
     }
     for r in removed {
-        println!(
+        out!(
             "removed rule {} ({}) {}",
             r.id,
             r.name,
@@ -533,23 +539,23 @@ fn check(a: &CheckArgs) -> Result<u8> {
             allowed: verdict.is_allowed(),
             verdict: &verdict,
         };
-        println!("{}", crate::json_text(&out)?);
+        out!("{}", crate::json_text(&out)?);
     } else {
         let what = match method {
             Some(m) => format!("{} {shown}{path}", m.as_str()),
             None => shown,
         };
         if verdict.is_allowed() {
-            println!("Allowed: {what}");
+            out!("Allowed: {what}");
         } else {
-            println!("Denied: {what}");
+            out!("Denied: {what}");
         }
-        println!("Reason: {} ({})", verdict.message, verdict.reason);
+        out!("Reason: {} ({})", verdict.message, verdict.reason);
         if let Some(r) = &verdict.rule {
-            println!("Rule: {} `{}` ({})", r.id, r.name, json_word(&r.source));
+            out!("Rule: {} `{}` ({})", r.id, r.name, json_word(&r.source));
         }
         if verdict.inspect {
-            println!(
+            out!(
                 "Note: only some HTTP requests to this host are granted; its traffic is inspected."
             );
         }
@@ -576,7 +582,7 @@ fn show_log(a: &LogArgs) -> Result<u8> {
         },
     )?;
     if a.json {
-        println!(
+        out!(
             "{}",
             crate::json_text(&serde_json::json!({ "hosts": summaries, "pruned": pruned }))?
         );
@@ -593,13 +599,17 @@ fn show_log(a: &LogArgs) -> Result<u8> {
         if rows.is_empty() {
             continue;
         }
-        println!("{title}:");
-        println!(
+        out!("{title}:");
+        out!(
             "  {:<16} {:<36} {:<24} {:<24} {:>6}  LAST SEEN",
-            "SANDBOX", "HOST", "REASON", "RULE", "COUNT"
+            "SANDBOX",
+            "HOST",
+            "REASON",
+            "RULE",
+            "COUNT"
         );
         for s in rows {
-            println!(
+            out!(
                 "  {:<16} {:<36} {:<24} {:<24} {:>6}  {}",
                 s.sandbox,
                 format!("{}:{}", printable(&s.host), s.port),
@@ -609,7 +619,7 @@ fn show_log(a: &LogArgs) -> Result<u8> {
                 s.last_seen
             );
             for mp in &s.methods_paths {
-                println!(
+                out!(
                     "      {} {} ×{}",
                     printable(&mp.method),
                     printable(&mp.path),
@@ -617,13 +627,13 @@ fn show_log(a: &LogArgs) -> Result<u8> {
                 );
             }
         }
-        println!();
+        out!();
     }
     if summaries.is_empty() {
-        println!("no decisions recorded yet");
+        out!("no decisions recorded yet");
     }
     if let Some(p) = &pruned {
-        println!("{}", pruned_note(p));
+        out!("{}", pruned_note(p));
     }
     Ok(exit::OK)
 }
@@ -672,18 +682,18 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
         },
     )?;
     if a.json {
-        println!(
+        out!(
             "{}",
             crate::json_text(&serde_json::json!({ "events": events, "pruned": pruned }))?
         );
         return Ok(exit::OK);
     }
     if events.is_empty() {
-        println!("no events recorded yet");
+        out!("no events recorded yet");
     }
     for e in events {
         let what = event_target(&e);
-        println!(
+        out!(
             "{}  {:<16} {:<5} {:<26} {}{}",
             e.time,
             e.sandbox,
@@ -696,7 +706,7 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
         );
     }
     if let Some(p) = &pruned {
-        println!("{}", pruned_note(p));
+        out!("{}", pruned_note(p));
     }
     Ok(exit::OK)
 }

@@ -64,7 +64,13 @@ pub fn plan_kits(
 pub fn report_refusals(refusals: &[Refusal], json: bool) {
     if json {
         let body = serde_json::json!({ "refused": refusals });
-        println!("{}", crate::json_text(&body).unwrap_or_default());
+        // Said on the way to an exit code of refusal: a closed stdout changes nothing.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "{}",
+            crate::json_text(&body).unwrap_or_default()
+        );
     } else {
         say!("capgate: the composition is refused:");
         for r in refusals {

@@ -55,15 +55,17 @@ const CA_IN_SANDBOX: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A kit of the composition (repeatable): one workload and any mixins. Without any, the
-    /// built-in default: a shell with no network grants.
+    /// A kit of the composition (repeatable): one workload and any mixins. Without any: the
+    /// kits of the sandbox `--name` names, if it exists; else the built-in default, a
+    /// shell with no network grants.
     #[arg(long = "kit", value_name = "KIT")]
     kits: Vec<PathBuf>,
     /// A create-phase arg value (repeatable). A value goes only to kits that declare the arg.
     #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = kits::parse_arg)]
     args: Vec<(String, String)>,
     /// Keep the sandbox under this name (its rules and volumes stay after the run);
-    /// without it the sandbox is removed when the run ends.
+    /// without it the sandbox is removed when the run ends. A sandbox of that name that
+    /// exists runs with the kits it was made with, unless `--kit` names others.
     #[arg(long)]
     name: Option<String>,
     /// The host directory shown at /home/agent/workspace (default: the current directory).
@@ -453,12 +455,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let interrupt = crate::interrupt::Interrupt::catch()?;
     let ephemeral = args.name.is_none();
     let name = args.name.clone().unwrap_or_else(random_name);
-    // What needs no sandbox directory comes first: an error here leaves nothing behind.
-    let kits = if args.kits.is_empty() {
-        vec![default_kit()?]
-    } else {
-        args.kits.clone()
-    };
     // One connection for the run: provisioning, the gateway's rules, the summary, removal.
     let mut store = open_store()?;
     // One run of a sandbox at a time, from its provisioning to its copy-back: a second run
@@ -479,6 +475,26 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // Made by this run (under its lock): nothing in the directory but the lock.
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
+    // The kits: those named; without any, those a sandbox of this name was made with (a
+    // `capgate create`d one runs as created); else the built-in default.
+    let recorded = match (args.kits.is_empty(), &args.name) {
+        (true, Some(name)) => store.sandbox(name)?.map(|r| r.kits),
+        _ => None,
+    };
+    let kits = match recorded {
+        _ if !args.kits.is_empty() => Ok(args.kits.clone()),
+        Some(kits) => Ok(kits.into_iter().map(PathBuf::from).collect()),
+        None => default_kit().map(|k| vec![k]),
+    };
+    let kits = match kits {
+        Ok(kits) => kits,
+        Err(e) => {
+            if fresh {
+                let _ = dir.remove();
+            }
+            return Err(e);
+        }
+    };
     // Reclaimed if this run is killed; not with --copy-back, whose changes the user may
     // want from the state left behind.
     if ephemeral

@@ -288,9 +288,9 @@ pub fn create(args: &CreateArgs) -> Result<u8> {
             kits: &provisioned.kits,
             rules,
         };
-        println!("{}", crate::json_text(&body)?);
+        out!("{}", crate::json_text(&body)?);
     } else {
-        println!(
+        out!(
             "created sandbox `{}` from {} ({} kit rules provisioned)",
             args.name,
             provisioned.kits.join(", "),
@@ -306,16 +306,16 @@ pub fn ls(args: &LsArgs) -> Result<u8> {
     crate::state::reclaim_abandoned_runs(&mut store);
     let sandboxes = store.sandboxes()?;
     if args.json {
-        println!(
+        out!(
             "{}",
             crate::json_text(&serde_json::json!({ "sandboxes": sandboxes }))?
         );
     } else if sandboxes.is_empty() {
-        println!("no sandboxes (create one with `capgate create NAME --kit KIT`)");
+        out!("no sandboxes (create one with `capgate create NAME --kit KIT`)");
     } else {
-        println!("{:<24} {:<9} {:<26} KITS", "NAME", "STATE", "CREATED");
+        out!("{:<24} {:<9} {:<26} KITS", "NAME", "STATE", "CREATED");
         for s in sandboxes {
-            println!(
+            out!(
                 "{:<24} {:<9} {:<26} {}",
                 s.name,
                 s.state.as_str(),
@@ -345,7 +345,7 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         dir.remove()?;
     }
     let removed = store.remove_sandbox(&args.name)?;
-    println!(
+    out!(
         "removed sandbox `{}` and its {} rules",
         args.name,
         removed.rules.len()

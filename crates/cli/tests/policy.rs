@@ -673,3 +673,57 @@ fn egress_triples_are_protocol_rules_that_check_judges() {
     assert_eq!(check(&["https://files.example.com/x"]), Some(0));
     assert_eq!(check(&["http://files.example.com:443/x"]), Some(2));
 }
+
+/// Output that cannot be written never panics: a reader that closed the pipe
+/// (`capgate policy ls | head`) ends the command quietly with 0, a full disk with 1 and a
+/// message naming standard output. Twin: to `/dev/null` each command succeeds.
+#[test]
+fn output_that_cannot_be_written_ends_the_command_without_a_panic() {
+    let h = Home::new();
+    for i in 0..3 {
+        let out = h.run(&["policy", "allow", "network", &format!("h{i}.example")]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    }
+    let commands: [&[&str]; 6] = [
+        &["policy", "ls"],
+        &["policy", "ls", "--json"],
+        &["ls", "--json"],
+        &["log"],
+        &["schema"],
+        &["doctor", "--json"],
+    ];
+    let run_to = |args: &[&str], stdout: Stdio| {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(h.dir())
+            .env("CAPGATE_HOME", h.dir().join("home"))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    for args in commands {
+        // `doctor` exits 1 on a host that lacks something; what matters is that it is not
+        // a panic, and that the output's fate does not change its answer.
+        let fine = run_to(args, Stdio::null());
+        assert_ne!(fine.status.code(), Some(101), "{args:?}: {}", text(&fine));
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let closed = run_to(args, Stdio::from(writer));
+        let said = String::from_utf8_lossy(&closed.stderr);
+        assert_eq!(closed.status.code(), Some(0), "{args:?}: {said}");
+        assert!(!said.contains("panicked"), "{args:?}: {said}");
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let full = run_to(args, Stdio::from(full));
+        let said = String::from_utf8_lossy(&full.stderr);
+        assert_eq!(full.status.code(), Some(1), "{args:?}: {said}");
+        assert!(
+            said.contains("capgate: cannot write to standard output: No space left on device"),
+            "{args:?}: {said}"
+        );
+    }
+}

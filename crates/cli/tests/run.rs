@@ -1334,6 +1334,81 @@ fn a_terminated_run_still_cleans_up() {
     }
 }
 
+/// `run --name` of a sandbox made with `capgate create` runs it with the kits it was made
+/// with, not the built-in default in their place (which would quietly take its grants
+/// and credentials away). Twins: `--kit` still names other kits, and a new name gets the
+/// built-in default.
+#[test]
+fn a_created_sandbox_runs_with_its_own_kits() {
+    let env = setup();
+    let kit = env.path("mine");
+    std::fs::create_dir_all(&kit).unwrap();
+    std::fs::write(
+        kit.join("kit.yaml"),
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/sbx@1\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n        allow: [mine.example]\n",
+    )
+    .unwrap();
+    let k = kit.to_str().unwrap();
+    let kits_of = |name: &str| -> Vec<String> {
+        let o = env.capgate(&["ls", "--json"], None);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| {
+                s["kits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let rules = |name: &str| {
+        let o = env.capgate(&["policy", "ls", "--json"], None);
+        String::from_utf8_lossy(&o.stdout)
+            .matches(&format!("sandbox:{name}"))
+            .count()
+    };
+    let o = env.capgate(&["create", "made", "--kit", k], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let created = kits_of("made");
+    assert!(created[0].ends_with("/mine"), "{created:?}");
+    let made_rules = rules("made");
+    assert!(made_rules > 0);
+
+    let o = env.capgate(&["run", "--name", "made", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert_eq!(kits_of("made"), created);
+    assert_eq!(rules("made"), made_rules, "its kit rules stay");
+
+    let o = env.capgate(&["run", "--name", "fresh", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert!(
+        kits_of("fresh")[0].ends_with("/builtin/shell"),
+        "{:?}",
+        kits_of("fresh")
+    );
+
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "made",
+            "--kit",
+            &kits_of("fresh")[0],
+            "--",
+            "true",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    assert_eq!(kits_of("made"), kits_of("fresh"));
+}
+
 /// An optional entry the composition leaves out (here a typo of `dev.capgate/exec@1`,
 /// whose exec list would have bounded the workload) is said at run and at create, naming
 /// the kit and the entry; the run goes on without it. Twin: the same kit with the type

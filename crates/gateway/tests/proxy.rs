@@ -1407,7 +1407,15 @@ async fn a_client_that_does_not_trust_the_ca_is_recorded_as_such() {
             .filter(|e| e.reason == Reason::CaNotTrusted)
             .collect::<Vec<_>>()
     };
-    let events = distrust(&h);
+    // curl may exit before the gateway has read its alert: wait for the record (bounded).
+    let mut events = distrust(&h);
+    for _ in 0..200 {
+        if !events.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        events = distrust(&h);
+    }
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
         (events[0].host.as_str(), events[0].port),
