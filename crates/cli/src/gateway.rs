@@ -58,12 +58,19 @@ pub struct EnvArgs {
     /// The gateway address the environment points at.
     #[arg(long, default_value = "127.0.0.1:3128")]
     pub proxy: SocketAddr,
+    /// Print one JSON object: `{"sandbox": NAME, "env": {VARIABLE: VALUE, …}}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum CaCommand {
     /// Print the path of the capgate CA certificate (created on first use).
-    Path,
+    Path {
+        /// Print one JSON object: `{"path": PATH}`.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,8 +100,15 @@ pub fn ca() -> Result<CertificateAuthority> {
 
 pub fn ca_command(cmd: &CaCommand) -> Result<u8> {
     match cmd {
-        CaCommand::Path => {
-            out!("{}", ca()?.cert_path().display());
+        CaCommand::Path { json } => {
+            let ca = ca()?;
+            let path = ca.cert_path();
+            if *json {
+                let body = serde_json::json!({ "path": path.to_string_lossy() });
+                out!("{}", crate::json_text(&body)?);
+            } else {
+                out!("{}", path.display());
+            }
             Ok(exit::OK)
         }
     }
@@ -450,8 +464,14 @@ pub fn env_command(args: &EnvArgs) -> Result<u8> {
         &format!("http://{}", args.proxy),
         &bundle.display().to_string(),
     )?;
-    for (k, v) in env {
-        out!("{k}={v}");
+    if args.json {
+        let env: std::collections::BTreeMap<_, _> = env.into_iter().collect();
+        let body = serde_json::json!({ "sandbox": args.name, "env": env });
+        out!("{}", crate::json_text(&body)?);
+    } else {
+        for (k, v) in env {
+            out!("{k}={v}");
+        }
     }
     Ok(exit::OK)
 }

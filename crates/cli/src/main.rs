@@ -74,6 +74,8 @@ pub mod exit {
     /// The workload committed a capability violation (`run --fail-on-violation`).
     pub const VIOLATION: u8 = 3;
     pub const NEEDS_APPROVAL: u8 = 4;
+    /// `capgate run` could not start the sandbox (as container runtimes say it).
+    pub const CANNOT_START: u8 = 125;
 }
 
 /// capgate runs agent workloads so that they can do what their kits' capabilities grant and

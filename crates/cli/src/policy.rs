@@ -190,8 +190,9 @@ pub struct LogArgs {
     /// Only this sandbox's events.
     #[arg(long)]
     sandbox: Option<String>,
-    #[arg(long)]
-    limit: Option<usize>,
+    /// The newest N events (default 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
     /// Remove every sandbox's events recorded before WHEN (an RFC 3339 time such as
     /// `2026-11-01T00:00:00Z`, or an age such as `30d`, `12h`, `45m`), print how many,
     /// and record the prune (later listings say what is missing). The log is otherwise
@@ -577,7 +578,7 @@ fn show_log(a: &LogArgs) -> Result<u8> {
         &store,
         &LogQuery {
             sandbox: a.sandbox.clone(),
-            limit: a.limit,
+            limit: a.limit.map(|n| n as usize),
             since: None,
         },
     )?;
@@ -677,7 +678,7 @@ pub fn events_command(a: &LogArgs) -> Result<u8> {
         &store,
         &LogQuery {
             sandbox: a.sandbox.clone(),
-            limit: Some(a.limit.unwrap_or(100)),
+            limit: Some(a.limit.map_or(100, |n| n as usize)),
             since: None,
         },
     )?;

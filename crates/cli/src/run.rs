@@ -511,6 +511,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         lock: args.lock.clone(),
         approve: args.approve,
         json: false,
+        starts: true,
     };
     let provisioned = provision(&create, &mut store, ephemeral);
     let Ok(Ok(provisioned)) = provisioned else {

@@ -33,6 +33,11 @@ pub struct CreateArgs {
     pub approve: bool,
     #[arg(long)]
     pub json: bool,
+    /// Set by `capgate run`, which goes on to start the sandbox: what only the sandbox's
+    /// start would refuse (an exec program or read list it cannot hold) exits 125 there,
+    /// as a sandbox that cannot start does.
+    #[arg(skip)]
+    pub starts: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -201,6 +206,26 @@ pub fn provision(
             capgate_spec::text::printable(&k.path),
             capgate_spec::text::printable(&k.reason)
         );
+    }
+    // What creating the sandbox would fail on, named at the kit's line, before anything is
+    // written (the lock included).
+    let refused = crate::validate::refused_by_create(&plan, &base);
+    if !refused.is_empty() {
+        for (_, line) in &refused {
+            say!("{line}");
+        }
+        say!(
+            "capgate: the sandbox cannot be created from these kits (`capgate lint` says the same, and more)"
+        );
+        use capgate_resolve::lint::Check;
+        let sandbox_only = refused
+            .iter()
+            .any(|(check, _)| matches!(check, Check::ExecInWritablePlace | Check::InvalidReadPath));
+        return Ok(Err(if args.starts && sandbox_only {
+            exit::CANNOT_START
+        } else {
+            exit::INVALID
+        }));
     }
     // Rules the store would refuse stop everything before anything is written: no lock,
     // no composition (whose credential routes the gateway follows), no sentinels.

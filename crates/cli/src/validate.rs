@@ -102,6 +102,21 @@ impl Problem {
 
     /// `file:line:col: [severity: ]path: message`, kit text spelled out. `check` names the
     /// lint check beside the severity (`error[wildcard-host]`).
+    fn of_finding(file: &str, f: capgate_resolve::lint::Finding) -> Problem {
+        Problem {
+            file: file.to_owned(),
+            check: Some(f.check.code()),
+            severity: match f.severity {
+                capgate_spec::Severity::Error => "error",
+                capgate_spec::Severity::Warning => "warning",
+            },
+            path: f.path.to_string(),
+            line: f.pos.is_known().then_some(f.pos.line),
+            column: f.pos.is_known().then_some(f.pos.column),
+            message: f.message,
+        }
+    }
+
     fn render(&self) -> String {
         // A file's name is anyone's choice too.
         let file = printable(&self.file);
@@ -204,16 +219,25 @@ pub fn run(args: &Args) -> Result<u8> {
         files: Vec::new(),
         problems: Vec::new(),
     };
+    // The args the kits declare: an `--arg` none of them declares is refused, as create
+    // refuses it.
+    let mut declared = std::collections::BTreeSet::new();
+    let mut all_read = true;
     for reference in &args.paths {
         let (name, loaded) = match read_descriptor(reference, &opts) {
             Ok(read) => read,
             Err(problem) => {
                 report.valid = false;
+                all_read = false;
                 report.files.push(FileReport::unreadable(&problem.file));
                 report.problems.push(problem);
                 continue;
             }
         };
+        all_read &= loaded.descriptor.is_some();
+        if let Some(d) = &loaded.descriptor {
+            declared.extend(d.args.iter().map(|a| a.name.clone()));
+        }
         let mut valid = loaded.is_valid();
         if valid && (args.effective || !args.args.is_empty()) {
             valid &= effective_problems(&loaded, args, &name, &mut report.problems);
@@ -231,6 +255,18 @@ pub fn run(args: &Args) -> Result<u8> {
                 .as_ref()
                 .map(capgate_spec::Descriptor::capability_types),
         });
+    }
+    // (Only when every kit could be read: an unreadable one may be the declaring one.)
+    for (arg, _) in args
+        .args
+        .iter()
+        .filter(|(a, _)| all_read && !declared.contains(a))
+    {
+        report.valid = false;
+        report.problems.push(Problem::whole_file(
+            format!("--arg {arg}"),
+            format!("no kit given declares an arg `{arg}`; creating a sandbox would refuse it"),
+        ));
     }
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -257,11 +293,14 @@ pub fn run(args: &Args) -> Result<u8> {
             .iter()
             .filter(|p| p.severity == "error")
             .count();
-        if bad > 0 {
+        if bad > 0 || errors > 0 {
+            let plural =
+                |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
             writeln!(
                 out,
-                "{bad} of {} files invalid, {errors} errors",
-                report.files.len()
+                "{bad} of {} invalid, {}",
+                plural(report.files.len(), "file"),
+                plural(errors, "error")
             )?;
         }
     }
@@ -296,6 +335,69 @@ struct LintReport {
     findings: Vec<Problem>,
 }
 
+/// [`capgate_resolve::lint::lint`] with the policy's own judges of hosts and paths, and
+/// `content` to judge agent-context@1 files.
+fn lint_with_capgates_judges(
+    descriptor: &capgate_spec::Descriptor,
+    strict: bool,
+    content: &dyn Fn(&str) -> Option<String>,
+) -> Vec<capgate_resolve::lint::Finding> {
+    let options = capgate_resolve::lint::Options {
+        strict,
+        host_problem: &|host: &str| {
+            capgate_policy::pattern::HostPattern::parse(host)
+                .err()
+                .map(|e| e.to_string())
+        },
+        path_problem: &|path: &str| {
+            capgate_policy::path::PathGlob::compile(path)
+                .err()
+                .map(|e| e.to_string())
+        },
+        content_problem: content,
+        ascii_host: &crate::lock::ascii_form,
+    };
+    capgate_resolve::lint::lint(descriptor, &options)
+}
+
+/// What in the kits of `plan` (references relative to `base`) creating its sandbox would
+/// fail on, as `capgate lint` says it (`file:line:col: error[check]: …`): a host or path
+/// glob the gateway cannot judge, a program the workload could replace, a read path
+/// outside the workspace, an inject domain the broker cannot use. Said before anything is
+/// written, it names the kit's line instead of the rule made from it.
+pub fn refused_by_create(
+    plan: &capgate_resolve::Plan,
+    base: &std::path::Path,
+) -> Vec<(capgate_resolve::lint::Check, String)> {
+    use capgate_resolve::lint::Check;
+    let refusing = [
+        Check::InvalidHost,
+        Check::InvalidPath,
+        Check::ExecInWritablePlace,
+        Check::InvalidReadPath,
+        Check::UnusableInjectDomain,
+    ];
+    let mut out = Vec::new();
+    for unit in plan.layered_units() {
+        let reference: PathBuf = base
+            .join(&unit.reference)
+            .components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect();
+        let file = kitref::descriptor_path(&reference).map_or_else(
+            |_| reference.display().to_string(),
+            |f| f.display().to_string(),
+        );
+        // Content files are the run's to read, and to explain.
+        for f in lint_with_capgates_judges(&unit.descriptor, false, &|_| None) {
+            if f.severity == capgate_spec::Severity::Error && refusing.contains(&f.check) {
+                out.push((f.check, Problem::of_finding(&file, f).render()));
+            }
+        }
+    }
+    out
+}
+
 /// `capgate lint`: validity first (an invalid kit reports its problems as `invalid`), then
 /// the coherence checks of [`capgate_resolve::lint`].
 pub fn lint(args: &LintArgs) -> Result<u8> {
@@ -319,34 +421,9 @@ pub fn lint(args: &LintArgs) -> Result<u8> {
         let Some(descriptor) = loaded.descriptor.as_ref().filter(|_| loaded.is_valid()) else {
             continue;
         };
-        let options = capgate_resolve::lint::Options {
-            strict: args.strict,
-            host_problem: &|host: &str| {
-                capgate_policy::pattern::HostPattern::parse(host)
-                    .err()
-                    .map(|e| e.to_string())
-            },
-            path_problem: &|path: &str| {
-                capgate_policy::path::PathGlob::compile(path)
-                    .err()
-                    .map(|e| e.to_string())
-            },
-            content_problem: &|file: &str| crate::context::content_file_problem(reference, file),
-            ascii_host: &crate::lock::ascii_form,
-        };
-        for f in capgate_resolve::lint::lint(descriptor, &options) {
-            findings.push(Problem {
-                file: name.clone(),
-                check: Some(f.check.code()),
-                severity: match f.severity {
-                    capgate_spec::Severity::Error => "error",
-                    capgate_spec::Severity::Warning => "warning",
-                },
-                path: f.path.to_string(),
-                line: f.pos.is_known().then_some(f.pos.line),
-                column: f.pos.is_known().then_some(f.pos.column),
-                message: f.message,
-            });
+        let content = |file: &str| crate::context::content_file_problem(reference, file);
+        for f in lint_with_capgates_judges(descriptor, args.strict, &content) {
+            findings.push(Problem::of_finding(&name, f));
         }
     }
     let errors = findings.iter().filter(|p| p.severity == "error").count();

@@ -206,6 +206,16 @@ fn decisions_follow_the_store_while_the_gateway_runs() {
         assert!(env.contains(ca), "{env}");
     }
     assert!(!env.contains("the-real-secret"), "{env}");
+    // The same as JSON: every line's variable, with its value.
+    let out = h.run(&["env", "gw", "--proxy", "127.0.0.1:3128", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["sandbox"], "gw");
+    let vars = v["env"].as_object().unwrap();
+    assert_eq!(vars.len(), env.lines().count(), "{v}");
+    for line in env.lines() {
+        let (k, value) = line.split_once('=').unwrap();
+        assert_eq!(vars[k], value, "{k}");
+    }
     let out = h.run(&["secret", "ls", "--json"], None);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
@@ -213,6 +223,9 @@ fn decisions_follow_the_store_while_the_gateway_runs() {
     );
     let ca = h.run(&["ca", "path"], None);
     let path = String::from_utf8_lossy(&ca.stdout).trim().to_owned();
+    let ca = h.run(&["ca", "path", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&ca.stdout).unwrap();
+    assert_eq!(v["path"], path.as_str());
     assert!(
         std::fs::read_to_string(path)
             .unwrap()

@@ -506,8 +506,8 @@ fn log_prune_before_an_age_removes_older_events_and_later_listings_say_so() {
 }
 
 /// A deny the matcher cannot read would be dropped when rules compile, a refusal silently
-/// not in force: provisioning refuses the kit instead, naming the resource. No rule of
-/// the kit is left half-provisioned.
+/// not in force: provisioning refuses the kit instead, naming the resource at its line in
+/// the kit. No rule of the kit is left half-provisioned.
 #[test]
 fn a_kit_deny_the_matcher_cannot_read_is_refused_at_provisioning() {
     let h = Home::new();
@@ -518,7 +518,7 @@ fn a_kit_deny_the_matcher_cannot_read_is_refused_at_provisioning() {
     let out = h.run(&["create", "bad-deny", "--kit", "kit"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("resource `telemetry.example.com:0` cannot be matched"),
+        text(&out).contains("kit/kit.yaml:5:46: error[invalid-host]: capabilities[0].config.runtime.deny[0]: `telemetry.example.com:0` has an invalid port"),
         "{}",
         text(&out)
     );
@@ -542,7 +542,7 @@ fn a_kit_path_the_matcher_cannot_read_is_refused_at_provisioning() {
     let out = h.run(&["create", "bad-path", "--kit", "kit"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("path `/repos/%2E%2E/admin` cannot be matched"),
+        text(&out).contains("kit/kit.yaml:5:83: error[invalid-path]: capabilities[0].config.runtime.allow[0]: path `/repos/%2E%2E/admin` has a dot segment"),
         "{}",
         text(&out)
     );
@@ -726,4 +726,20 @@ fn output_that_cannot_be_written_ends_the_command_without_a_panic() {
             "{args:?}: {said}"
         );
     }
+}
+
+/// `log --limit 0` would show nothing and say no events were recorded, which is not true:
+/// it is a usage error. Twin: `--limit 1` is taken.
+#[test]
+fn a_log_limit_of_zero_is_refused() {
+    let h = Home::new();
+    let out = h.run(&["log", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid value '0' for '--limit <N>'"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = h.run(&["log", "--limit", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

@@ -1334,6 +1334,56 @@ fn a_terminated_run_still_cleans_up() {
     }
 }
 
+/// A kit that creating a sandbox would fail on (a host the gateway cannot judge, an exec
+/// program the workload could replace) is refused by `run` and `create` before anything is
+/// written, naming the kit's file, line and column as `capgate lint` does; no lock, no
+/// sandbox is left. Twin: the same kit with the two entries fixed runs.
+#[test]
+fn a_kit_create_would_fail_on_is_refused_at_its_line() {
+    let env = setup();
+    let kit = env.path("bad");
+    std::fs::create_dir_all(&kit).unwrap();
+    let write = |host: &str, program: &str| {
+        std::fs::write(
+            kit.join("kit.yaml"),
+            format!("schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/sbx@1\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n        allow:\n          - \"{host}\"\n  - type: dev.capgate/exec@1\n    config:\n      allow: [{program}, /bin/true]\n"),
+        )
+        .unwrap();
+    };
+    let k = kit.to_str().unwrap();
+    write("bad host", "/tmp/x");
+    // `run` exits 125, as a sandbox that cannot start does (the exec list is one the
+    // sandbox could not hold); `create`, which starts nothing, 1.
+    for (args, code) in [
+        (&["run", "--kit", k, "--", "true"][..], 125),
+        (&["create", "made", "--kit", k], 1),
+    ] {
+        let o = env.capgate(args, None);
+        let (stdout, stderr) = out(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("{k}/kit.yaml:9:13: error[invalid-host]: capabilities[1].config.runtime.allow[0]: `bad host`")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "{k}/kit.yaml:12:15: error[exec-in-writable-place]"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            !kit.join("capgate.lock").exists(),
+            "{args:?}: no lock is written"
+        );
+        let sandboxes = env.path("home/sandboxes");
+        let left = std::fs::read_dir(&sandboxes).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "{args:?}: no sandbox is left");
+    }
+    write("ok.example", "/usr/bin/env");
+    let o = env.capgate(&["run", "--kit", k, "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+}
+
 /// `run --name` of a sandbox made with `capgate create` runs it with the kits it was made
 /// with, not the built-in default in their place (which would quietly take its grants
 /// and credentials away). Twins: `--kit` still names other kits, and a new name gets the
@@ -2402,8 +2452,7 @@ except OSError as e:
     assert_eq!(code, Some(125), "{stdout}{stderr}");
     assert!(!stdout.contains("RAN"), "{stdout}");
     assert!(
-        stderr.contains("`/home/agent/workspace/tool`")
-            && stderr.contains("beneath a place the workload can write"),
+        stderr.contains("ws-tool/kit.yaml:5:40: error[exec-in-writable-place]: capabilities[0].config.allow[1]: `/home/agent/workspace/tool` is beneath `/home/agent`, which the workload can write"),
         "{stderr}"
     );
 }

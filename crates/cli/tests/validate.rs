@@ -77,7 +77,7 @@ fn problems_print_as_file_line_col_path_message_and_exit_1() {
         )),
         "{text}"
     );
-    assert!(text.ends_with("1 of 1 files invalid, 2 errors\n"), "{text}");
+    assert!(text.ends_with("1 of 1 file invalid, 2 errors\n"), "{text}");
 }
 
 #[test]
@@ -331,4 +331,21 @@ fn a_huge_kit_is_refused_without_reading_it_whole() {
     );
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("over the 1048576 byte limit"), "{text}");
+}
+
+/// An `--arg` that no kit given declares is refused, as creating a sandbox refuses it,
+/// instead of being dropped without a word. Twin: an arg the kit declares is fine.
+#[test]
+fn an_arg_no_kit_declares_is_refused() {
+    let builder = format!("{ROOT}/examples/kits/builder");
+    let out = capgate(&["validate", "--arg", "nosuch=1", &builder]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("--arg nosuch: no kit given declares an arg `nosuch`"),
+        "{text}"
+    );
+    assert!(text.ends_with("0 of 1 file invalid, 1 error\n"), "{text}");
+    let out = capgate(&["validate", "--arg", "buildkitPort=4000", &builder]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }

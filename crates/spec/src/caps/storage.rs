@@ -353,6 +353,8 @@ pub(crate) fn decode_resources(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Opt
     let memory = f.string(cx, "memory");
     let gpu = f.string(cx, "gpu");
     f.finish(cx);
+    // Every problem is said before the entry is given up on.
+    let mut valid = true;
     let cpu = match cpu {
         Some((Some(c), n)) => {
             if c < 0.0 || !c.is_finite() {
@@ -361,11 +363,14 @@ pub(crate) fn decode_resources(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Opt
                     n.pos,
                     format!("cpu {c} must be zero or more"),
                 );
-                return None;
+                valid = false;
             }
             Some(c)
         }
-        Some((None, _)) => return None,
+        Some((None, _)) => {
+            valid = false;
+            None
+        }
         None => None,
     };
     // A size that overflows (`99999999999999999999999g`) fits the grammar, yet no runtime
@@ -379,6 +384,9 @@ pub(crate) fn decode_resources(cx: &mut Cx<'_>, node: &Node, path: &Path) -> Opt
             node_pos(node, "memory"),
             format!("memory `{m}` is not a size such as `8g`"),
         );
+        valid = false;
+    }
+    if !valid {
         return None;
     }
     Some(Resources {
