@@ -9,7 +9,7 @@ use capgate_resolve::{KitWidening, Lock};
 use capgate_spec::text::printable;
 use serde::Serialize;
 
-use crate::kits::{self, read_kits};
+use crate::kits;
 use crate::{exit, resolve};
 
 #[derive(Debug, clap::Args)]
@@ -43,30 +43,21 @@ struct JsonOut<'a> {
 
 pub fn run(args: &Args) -> Result<u8> {
     // Where is the lock? Beside the workload unless given; read the kits once to know.
-    let lock_path = match &args.lock {
-        Some(p) => p.clone(),
-        None => match read_kits(&args.kits, &args.args) {
-            Ok(k) => match k.default_lock_path() {
-                Some(p) => p,
-                None => {
-                    // No workload: let the resolver say so, with every other reason.
-                    return Ok(resolve::plan_kits(&args.kits, &args.args, args.json, None)
-                        .err()
-                        .unwrap_or(exit::REFUSED));
-                }
-            },
-            Err(problems) => {
-                for p in problems {
-                    say!("{p}");
-                }
-                return Ok(exit::INVALID);
-            }
-        },
+    let (lock_path, base) = match crate::sandbox::lock_location(
+        &args.kits,
+        &args.args,
+        args.lock.as_deref(),
+        args.json,
+    ) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            // No workload: let the resolver say so, with every other reason.
+            return Ok(resolve::plan_kits(&args.kits, &args.args, args.json, None)
+                .err()
+                .unwrap_or(exit::REFUSED));
+        }
+        Err(code) => return Ok(code),
     };
-    let base = lock_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let plan = match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
         Ok(p) => p,
         Err(code) => return Ok(code),
@@ -203,7 +194,14 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
     } else {
         if !args.json {
             let mut err = std::io::stderr().lock();
-            writeln!(err, "The composition widens what `{name}` approved:")?;
+            if baseline.is_some() || !elsewhere.is_empty() {
+                writeln!(err, "The composition widens what `{name}` approved:")?;
+            } else {
+                writeln!(
+                    err,
+                    "No lock approves this composition yet (`{name}`); it grants:"
+                )?;
+            }
             let mut last_kit = "";
             // A kit listing thousands of entries must not scroll the one that matters off
             // the screen: past SHOWN_PER_CATEGORY per kit and category, a count.
@@ -272,7 +270,8 @@ pub fn gate(plan: &capgate_resolve::Plan, lock_path: &Path, mode: GateMode) -> R
                 print_json(&name, &widenings, !unchanged)?;
             }
         } else if existing.is_none() {
-            say!("wrote {name} ({} kits)", candidate.kits.len());
+            let n = candidate.kits.len();
+            say!("wrote {name} ({n} kit{})", if n == 1 { "" } else { "s" });
         } else if !widenings.is_empty() {
             say!("approved; wrote {name}");
         }

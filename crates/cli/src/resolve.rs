@@ -46,9 +46,7 @@ pub fn plan_kits(
     let mut kits = match read_kits(paths, args) {
         Ok(k) => k,
         Err(problems) => {
-            for p in problems {
-                say!("{p}");
-            }
+            report_invalid(&problems, json);
             return Err(exit::INVALID);
         }
     };
@@ -59,6 +57,23 @@ pub fn plan_kits(
         report_refusals(&refusals, json);
         exit::REFUSED
     })
+}
+
+/// Kits that cannot be read or are invalid: each problem on stderr, and for `--json` the
+/// same lines as `{"invalid": [...]}` on stdout.
+pub fn report_invalid(problems: &[String], json: bool) {
+    if json {
+        use std::io::Write as _;
+        let body = serde_json::json!({ "invalid": problems });
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "{}",
+            crate::json_text(&body).unwrap_or_default()
+        );
+    }
+    for p in problems {
+        say!("{p}");
+    }
 }
 
 pub fn report_refusals(refusals: &[Refusal], json: bool) {

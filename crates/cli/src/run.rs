@@ -91,7 +91,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
     cpus: Option<u32>,
     /// Process and thread limit.
-    #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS)]
+    #[arg(long, default_value_t = capgate_sandbox::DEFAULT_PIDS,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pids: u32,
     /// Exit 3 if anything was refused during the run: by the gateway (a request, a
     /// connection, a DNS name) or by a pack's exec allowlist (a program it does not list),
@@ -568,8 +569,24 @@ fn run_provisioned(
         Some(w) => w.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let workspace = std::fs::canonicalize(&workspace)
-        .with_context(|| format!("workspace `{}`", workspace.display()))?;
+    // Said like every other workspace problem, before anything starts.
+    let workspace = match std::fs::canonicalize(&workspace) {
+        Ok(w) if w.is_dir() => w,
+        Ok(w) => {
+            say!(
+                "capgate: the sandbox could not start: the workspace `{}` is not a directory",
+                capgate_spec::text::printable(&w.display().to_string())
+            );
+            return Ok(exit::CANNOT_START);
+        }
+        Err(e) => {
+            say!(
+                "capgate: the sandbox could not start: the workspace `{}` cannot be used: {e}",
+                capgate_spec::text::printable(&workspace.display().to_string())
+            );
+            return Ok(exit::CANNOT_START);
+        }
+    };
     let data = data_dir()?;
     let data = std::fs::canonicalize(&data).unwrap_or(data);
     let problem = workspace_problem(&workspace, &data)

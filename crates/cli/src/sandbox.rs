@@ -108,6 +108,7 @@ pub fn lock_location(
     kits: &[PathBuf],
     args: &[(String, String)],
     explicit: Option<&Path>,
+    json: bool,
 ) -> Result<Option<(PathBuf, PathBuf)>, u8> {
     let lock_path = match explicit {
         Some(p) => p.to_path_buf(),
@@ -117,9 +118,7 @@ pub fn lock_location(
                 None => return Ok(None),
             },
             Err(problems) => {
-                for p in problems {
-                    say!("{p}");
-                }
+                resolve::report_invalid(&problems, json);
                 return Err(exit::INVALID);
             }
         },
@@ -179,23 +178,23 @@ pub fn provision(
     ephemeral: bool,
 ) -> Result<Result<Provisioned, u8>> {
     check_sandbox_name(&args.name)?;
-    let (plan, lock_path, base) = match lock_location(&args.kits, &args.args, args.lock.as_deref())
-    {
-        Err(code) => return Ok(Err(code)),
-        Ok(None) => {
-            // No workload: let the resolver say so, with every other reason.
-            let code = resolve::plan_kits(&args.kits, &args.args, args.json, None)
-                .err()
-                .unwrap_or(exit::REFUSED);
-            return Ok(Err(code));
-        }
-        Ok(Some((lock_path, base))) => {
-            match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
-                Ok(p) => (p, lock_path, base),
-                Err(code) => return Ok(Err(code)),
+    let (plan, lock_path, base) =
+        match lock_location(&args.kits, &args.args, args.lock.as_deref(), args.json) {
+            Err(code) => return Ok(Err(code)),
+            Ok(None) => {
+                // No workload: let the resolver say so, with every other reason.
+                let code = resolve::plan_kits(&args.kits, &args.args, args.json, None)
+                    .err()
+                    .unwrap_or(exit::REFUSED);
+                return Ok(Err(code));
             }
-        }
-    };
+            Ok(Some((lock_path, base))) => {
+                match resolve::plan_kits(&args.kits, &args.args, args.json, Some(&base)) {
+                    Ok(p) => (p, lock_path, base),
+                    Err(code) => return Ok(Err(code)),
+                }
+            }
+        };
     // What the composition leaves out is said, never dropped in silence: an optional
     // entry of a type capgate does not know (often a typo) would otherwise take, say, an
     // exec list away without a word.
@@ -370,10 +369,11 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         dir.remove()?;
     }
     let removed = store.remove_sandbox(&args.name)?;
+    let n = removed.rules.len();
     out!(
-        "removed sandbox `{}` and its {} rules",
+        "removed sandbox `{}` and its {n} rule{}",
         args.name,
-        removed.rules.len()
+        if n == 1 { "" } else { "s" }
     );
     Ok(exit::OK)
 }

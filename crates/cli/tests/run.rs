@@ -1334,6 +1334,40 @@ fn a_terminated_run_still_cleans_up() {
     }
 }
 
+/// A workspace that is a file, or missing, is said in one line and exits 125, like every
+/// other workspace problem (no host report after it), leaving nothing behind; a pids limit
+/// of 0 is a usage error (1), like a cpu or memory limit of 0. Twin: a directory starts.
+#[test]
+fn a_workspace_that_cannot_be_one_is_said_in_one_line() {
+    let env = setup();
+    std::fs::write(env.path("ws/file.txt"), "x").unwrap();
+    let file = env.path("ws/file.txt").display().to_string();
+    let missing = env.path("missing").display().to_string();
+    for (workspace, said) in [
+        (&file, format!("the workspace `{file}` is not a directory")),
+        (
+            &missing,
+            format!("the workspace `{missing}` cannot be used: No such file"),
+        ),
+    ] {
+        let o = env.capgate(&["run", "--workspace", workspace, "--", "true"], None);
+        let (stdout, stderr) = out(&o);
+        assert_eq!(o.status.code(), Some(125), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("capgate: the sandbox could not start: {said}")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("UserNamespaces"), "{stderr}");
+        let left = std::fs::read_dir(env.path("home/sandboxes")).map_or(0, |d| d.count());
+        assert_eq!(left, 0);
+    }
+    let o = env.capgate(&["run", "--pids", "0", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(1), "{:?}", out(&o));
+    let ws = env.path("ws").display().to_string();
+    let o = env.capgate(&["run", "--workspace", &ws, "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+}
+
 /// A kit that creating a sandbox would fail on (a host the gateway cannot judge, an exec
 /// program the workload could replace) is refused by `run` and `create` before anything is
 /// written, naming the kit's file, line and column as `capgate lint` does; no lock, no

@@ -349,3 +349,50 @@ fn an_arg_no_kit_declares_is_refused() {
     let out = capgate(&["validate", "--arg", "buildkitPort=4000", &builder]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+/// `--json` asked of `resolve`, `lock` and `create` is answered on stdout even when a kit is
+/// invalid: `{"invalid": [...]}` with each problem at its line, as stderr says it. Twin: a
+/// valid kit resolves to its own JSON.
+#[test]
+fn invalid_kits_are_answered_in_json_when_json_is_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kit = tmp.path().join("kit");
+    std::fs::create_dir(&kit).unwrap();
+    write(
+        &kit,
+        "kit.yaml",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/port@1\n    config: {container: 99999}\n",
+    );
+    let k = kit.to_str().unwrap();
+    let home = tmp.path().join("home");
+    for args in [
+        &["resolve", k, "--json"][..],
+        &["lock", k, "--json"],
+        &["create", "x", "--kit", k, "--json"],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("CAPGATE_HOME", &home)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&out)));
+        let said = v["invalid"][0].as_str().unwrap();
+        assert!(
+            said.starts_with(&format!(
+                "{k}/kit.yaml:5:25: capabilities[0].config.container"
+            )),
+            "{args:?}: {said}"
+        );
+    }
+    let shell = format!("{ROOT}/examples/kits/shell");
+    let out = Command::new(BIN)
+        .args(["resolve", &shell, "--json"])
+        .env("CAPGATE_HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.get("surface").is_some(), "{v}");
+}

@@ -1043,7 +1043,8 @@ impl Reader<'_> {
         let mut keys: HashMap<String, &Path> = HashMap::new();
         let mut network: Option<(&Path, KnownType)> = None;
         for (p, e) in block {
-            let pos = e.config.as_ref().map_or(Pos::UNKNOWN, |c| c.pos);
+            // At the config; an entry without one, at its `type`.
+            let pos = e.config.as_ref().map_or(e.type_pos.0, |c| c.pos);
             let empty = Node::detached(Value::Map(Vec::new()));
             let config = match &e.config {
                 Some(c) if !c.is_null() => c,
