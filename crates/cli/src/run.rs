@@ -562,7 +562,7 @@ fn run_provisioned(
             })
     });
     if let Some(w) = workload {
-        warn_if_flagged(store, w)?;
+        warn_if_flagged(store, w, &crate::sandbox::kit_location(base, &w.reference))?;
     }
     let dir = SandboxDir::of(name)?;
     let workspace = match &args.workspace {
@@ -1360,7 +1360,13 @@ fn serve_listeners(
 
 /// Seed 002's flag: a workload kit whose earlier runs were refused something is named on
 /// every run of the same bytes, until the kit changes.
-fn warn_if_flagged(store: &capgate_policy::Store, workload: &capgate_resolve::Unit) -> Result<()> {
+/// Warns when the workload's bytes were refused something in earlier runs; `location` is
+/// where its kit is, as the user would find it.
+fn warn_if_flagged(
+    store: &capgate_policy::Store,
+    workload: &capgate_resolve::Unit,
+    location: &str,
+) -> Result<()> {
     let Some(flag) = store.kit_flag(&workload.digest)? else {
         return Ok(());
     };
@@ -1370,10 +1376,10 @@ fn warn_if_flagged(store: &capgate_policy::Store, workload: &capgate_resolve::Un
         .map(|v| format!(" {}", printable(v)))
         .unwrap_or_default();
     say!(
-        "capgate: WARNING: this version of kit `{}`{version} ({}) was refused {} in {} earlier {}, the last in sandbox `{}` at {}; it stays flagged until the kit changes (see: capgate log --sandbox {})",
-        printable(&workload.reference),
+        "capgate: WARNING: this version of kit `{}`{version} ({}) had {} in {} earlier {}, the last in sandbox `{}` at {}; it stays flagged until the kit changes (see: capgate log --sandbox {})",
+        printable(location),
         short_digest(&flag.digest),
-        plural_requests(flag.refusals),
+        plural_refusals(flag.refusals),
         flag.runs,
         if flag.runs == 1 { "run" } else { "runs" },
         flag.last_sandbox,
@@ -1387,11 +1393,11 @@ fn short_digest(digest: &str) -> &str {
     digest.get(..19).unwrap_or(digest)
 }
 
-fn plural_requests(n: u64) -> String {
+fn plural_refusals(n: u64) -> String {
     if n == 1 {
-        "1 request".to_owned()
+        "1 refusal".to_owned()
     } else {
-        format!("{n} requests")
+        format!("{n} refusals")
     }
 }
 

@@ -153,7 +153,7 @@ fn kit_locations(plan: &Plan, base: &Path) -> Vec<String> {
 
 /// Where the kit `reference` (relative to the composition's `base`) is, as an absolute
 /// path without `.` or `..`.
-fn kit_location(base: &Path, reference: &str) -> String {
+pub(crate) fn kit_location(base: &Path, reference: &str) -> String {
     let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
     let mut path = PathBuf::new();
     for c in base.join(reference).components() {

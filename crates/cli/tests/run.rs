@@ -2304,17 +2304,20 @@ fn a_pack_version_is_flagged_after_a_violation_until_it_changes() {
     assert!(!first.contains("flagged"), "{first}");
     let second = run("pack", &pack);
     assert!(
-        second.contains("WARNING: this version of kit") && second.contains(" 1.0.0 (sha256:"),
+        second.contains(&format!(
+            "WARNING: this version of kit `{}` 1.0.0 (sha256:",
+            env.path("pack").display()
+        )),
         "{second}"
     );
     assert!(
-        second.contains("was refused 1 request in 1 earlier run")
+        second.contains("had 1 refusal in 1 earlier run")
             && second.contains("stays flagged until the kit changes"),
         "{second}"
     );
     let third = run("pack", &pack);
     assert!(
-        third.contains("was refused 2 requests in 2 earlier runs"),
+        third.contains("had 2 refusals in 2 earlier runs"),
         "{third}"
     );
     // Patched (other bytes): no warning.
@@ -2566,7 +2569,7 @@ fn a_refused_exec_is_a_recorded_violation() {
     assert!(!stderr.contains("exec_not_granted"), "{stderr}");
     // The pack version stays flagged for the violations of the runs before (seed 002).
     assert!(
-        stderr.contains("was refused 2 requests in 2 earlier runs"),
+        stderr.contains("had 2 refusals in 2 earlier runs"),
         "{stderr}"
     );
     env.write_kit("plain", "schemaVersion: \"3\"\nkind: workload\n");
