@@ -1,9 +1,6 @@
 //! `capgate`: the command-line front of the capability gate. It parses arguments, calls the
 //! libraries, formats output and maps outcomes to exit codes; nothing else.
 
-/// A line to stderr that never panics: `eprintln!` panics when stderr is a pipe whose
-/// reader left or a full device, which in the middle of `capgate run` would skip stopping
-/// the sandbox and removing its state. A message that cannot be written is dropped.
 /// `println!` that hands the write's error to the caller (`?`, in a function returning
 /// `anyhow::Result`) instead of panicking: a reader that closed the pipe ends the command
 /// quietly, a full disk with a message (see `main`).
@@ -18,6 +15,9 @@ macro_rules! out {
     }};
 }
 
+/// A line to stderr that never panics: `eprintln!` panics when stderr is a pipe whose
+/// reader left or a full device, which in the middle of `capgate run` would skip stopping
+/// the sandbox and removing its state. A message that cannot be written is dropped.
 macro_rules! say {
     () => {
         say!("")

@@ -477,11 +477,23 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let fresh = std::fs::read_dir(&dir.dir)
         .is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == "lock"));
     // The kits: those named; without any, those a sandbox of this name was made with (a
-    // `capgate create`d one runs as created); else the built-in default.
+    // `capgate create`d one runs as created, held to the lock and args it was made with);
+    // else the built-in default.
     let recorded = match (args.kits.is_empty(), &args.name) {
         (true, Some(name)) => store.sandbox(name)?.map(|r| r.kits),
         _ => None,
     };
+    let made_with = match &recorded {
+        Some(_) => dir.made_with()?,
+        None => None,
+    };
+    if recorded.is_some() && made_with.is_none() && args.lock.is_none() {
+        // Made before capgate recorded its lock: which lock approved it is not known here.
+        say!(
+            "capgate: the sandbox `{name}` does not record the lock it was made with; name its kits (--kit) and, if it was not the default, its lock (--lock)"
+        );
+        return Ok(exit::INVALID);
+    }
     let kits = match recorded {
         _ if !args.kits.is_empty() => Ok(args.kits.clone()),
         Some(kits) => Ok(kits.into_iter().map(PathBuf::from).collect()),
@@ -505,11 +517,22 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         let _ = dir.remove();
         return Err(e);
     }
+    let (lock_file, kit_args) = match &made_with {
+        Some(m) => (
+            args.lock.clone().or_else(|| Some(m.lock.clone())),
+            if args.args.is_empty() {
+                m.args.clone()
+            } else {
+                args.args.clone()
+            },
+        ),
+        None => (args.lock.clone(), args.args.clone()),
+    };
     let create = CreateArgs {
         name: name.clone(),
         kits,
-        args: args.args.clone(),
-        lock: args.lock.clone(),
+        args: kit_args,
+        lock: lock_file,
         approve: args.approve,
         json: false,
         starts: true,

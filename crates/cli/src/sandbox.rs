@@ -219,7 +219,7 @@ pub fn provision(
         use capgate_resolve::lint::Check;
         let sandbox_only = refused
             .iter()
-            .any(|(check, _)| matches!(check, Check::ExecInWritablePlace | Check::InvalidReadPath));
+            .all(|(check, _)| matches!(check, Check::ExecInWritablePlace | Check::InvalidReadPath));
         return Ok(Err(if args.starts && sandbox_only {
             exit::CANNOT_START
         } else {
@@ -257,6 +257,10 @@ pub fn provision(
     store.provision_sandbox(record, rules)?;
     let dir = SandboxDir::of(&args.name)?;
     dir.create()?;
+    dir.write_made_with(&crate::state::MadeWith {
+        lock: std::path::absolute(&lock_path).unwrap_or_else(|_| lock_path.clone()),
+        args: args.args.clone(),
+    })?;
     dir.write_composition(&plan.composed.descriptor(), !ephemeral)?;
     dir.sentinels(&credential_services(&plan))?;
     Ok(Ok(Provisioned {

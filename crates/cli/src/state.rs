@@ -187,6 +187,33 @@ impl SandboxDir {
         Ok(())
     }
 
+    fn made_with_path(&self) -> PathBuf {
+        self.dir.join("made-with.json")
+    }
+
+    /// Records the lock (an absolute path) and the `--arg` values the sandbox was made
+    /// with, so that `run --name` without `--kit` is held to the same lock and args.
+    pub fn write_made_with(&self, made: &MadeWith) -> Result<()> {
+        let path = self.made_with_path();
+        write_file(&path, &serde_json::to_vec_pretty(made)?, 0o600, false)
+            .with_context(|| format!("cannot write `{}`", path.display()))
+    }
+
+    /// What [`Self::write_made_with`] recorded (`None` for a sandbox made before it was
+    /// recorded).
+    pub fn made_with(&self) -> Result<Option<MadeWith>> {
+        let path = self.made_with_path();
+        match fs::read(&path) {
+            Ok(b) => {
+                Ok(Some(serde_json::from_slice(&b).with_context(|| {
+                    format!("`{}` is not valid", path.display())
+                })?))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read `{}`", path.display())),
+        }
+    }
+
     fn composition_path(&self) -> PathBuf {
         self.dir.join("composition.json")
     }
@@ -263,6 +290,13 @@ impl SandboxDir {
             Err(e) => Err(e).with_context(|| format!("cannot remove `{}`", self.dir.display())),
         }
     }
+}
+
+/// The lock and args a sandbox was made with ([`SandboxDir::write_made_with`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MadeWith {
+    pub lock: PathBuf,
+    pub args: Vec<(String, String)>,
 }
 
 /// The file that marks an ephemeral run's sandbox directory.

@@ -378,7 +378,16 @@ pub fn refused_by_create(
         Check::UnusableInjectDomain,
     ];
     let mut out = Vec::new();
-    for unit in plan.layered_units() {
+    for (unit, selection) in plan.layered_selections() {
+        // What selection left out (an optional entry or group) is not made, so cannot fail.
+        let left_out = |path: &str| {
+            selection.skipped.iter().any(|r| {
+                path == r.path
+                    || path
+                        .strip_prefix(r.path.as_str())
+                        .is_some_and(|rest| rest.starts_with('.'))
+            })
+        };
         let reference: PathBuf = base
             .join(&unit.reference)
             .components()
@@ -390,7 +399,10 @@ pub fn refused_by_create(
         );
         // Content files are the run's to read, and to explain.
         for f in lint_with_capgates_judges(&unit.descriptor, false, &|_| None) {
-            if f.severity == capgate_spec::Severity::Error && refusing.contains(&f.check) {
+            if f.severity == capgate_spec::Severity::Error
+                && refusing.contains(&f.check)
+                && !left_out(f.path.as_str())
+            {
                 out.push((f.check, Problem::of_finding(&file, f).render()));
             }
         }

@@ -1386,10 +1386,11 @@ fn a_kit_create_would_fail_on_is_refused_at_its_line() {
     };
     let k = kit.to_str().unwrap();
     write("bad host", "/tmp/x");
-    // `run` exits 125, as a sandbox that cannot start does (the exec list is one the
-    // sandbox could not hold); `create`, which starts nothing, 1.
+    // Both exit 1: the host is invalid input, whatever the sandbox could hold (a kit whose
+    // only fault is an exec list the sandbox cannot hold exits 125 from `run`: see
+    // `a_pack_executes_only_its_listed_programs`).
     for (args, code) in [
-        (&["run", "--kit", k, "--", "true"][..], 125),
+        (&["run", "--kit", k, "--", "true"][..], 1),
         (&["create", "made", "--kit", k], 1),
     ] {
         let o = env.capgate(args, None);
@@ -1416,6 +1417,84 @@ fn a_kit_create_would_fail_on_is_refused_at_its_line() {
     write("ok.example", "/usr/bin/env");
     let o = env.capgate(&["run", "--kit", k, "--", "true"], None);
     assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+}
+
+/// `run --name` of a sandbox made with `--lock FILE` is held to that lock, not to a lock
+/// beside the kit that nobody approved: a widened kit stops for approval (4) and writes no
+/// lock of its own. Twin: once the widening is approved at that lock, the run goes on.
+#[test]
+fn a_created_sandbox_runs_under_the_lock_it_was_made_with() {
+    let env = setup();
+    let kit = env.path("kit-elsewhere");
+    let locks = env.path("locks");
+    std::fs::create_dir_all(&kit).unwrap();
+    std::fs::create_dir_all(&locks).unwrap();
+    let write = |hosts: &str| {
+        std::fs::write(
+            kit.join("kit.yaml"),
+            format!("schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/sbx@1\n  - type: com.docker.sandbox/network-policy@2\n    config:\n      runtime:\n        allow: [{hosts}]\n"),
+        )
+        .unwrap();
+    };
+    let (k, lock) = (
+        kit.to_str().unwrap(),
+        locks.join("my.lock").display().to_string(),
+    );
+    write("a.example.com");
+    let o = env.capgate(&["create", "foo", "--kit", k, "--lock", &lock], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    write("a.example.com, evil.example.net");
+    let o = env.capgate(&["create", "foo", "--kit", k, "--lock", &lock], None);
+    assert_eq!(o.status.code(), Some(4), "{:?}", out(&o));
+    let o = env.capgate(&["run", "--name", "foo", "--", "true"], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(4), "{stdout}{stderr}");
+    assert!(stderr.contains("evil.example.net"), "{stderr}");
+    assert!(!kit.join("capgate.lock").exists(), "no lock beside the kit");
+    let o = env.capgate(&["policy", "ls", "--json"], None);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("evil.example.net"),
+        "{:?}",
+        out(&o)
+    );
+
+    let o = env.capgate(
+        &["create", "foo", "--kit", k, "--lock", &lock, "--approve"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+    let o = env.capgate(&["run", "--name", "foo", "--", "true"], None);
+    assert_eq!(o.status.code(), Some(0), "{:?}", out(&o));
+}
+
+/// What selection leaves out is not judged as if it were made: an exec list in an optional
+/// group that is skipped (it also holds a type capgate does not honour) does not refuse
+/// the kit; the skip is said. Twin: the same group made required refuses the kit.
+#[test]
+fn a_skipped_group_is_not_refused_for_what_it_would_have_made() {
+    let env = setup();
+    let kit = env.path("grouped");
+    std::fs::create_dir_all(&kit).unwrap();
+    let write = |optional: bool| {
+        std::fs::write(
+            kit.join("kit.yaml"),
+            format!("schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/sbx@1\n  - group:\n      optional: {optional}\n      capabilities:\n        - type: dev.capgate/exec@1\n          config: {{allow: [/home/agent/workspace/run.py]}}\n        - type: com.docker.sandbox/usb-device@1\n          config: {{vendorId: \"0x1234\", productId: \"0x5678\"}}\n"),
+        )
+        .unwrap();
+    };
+    let k = kit.to_str().unwrap();
+    write(true);
+    let o = env.capgate(&["create", "grouped", "--kit", k], None);
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("capabilities[1]: this optional entry is skipped"),
+        "{stderr}"
+    );
+    write(false);
+    let o = env.capgate(&["create", "grouped2", "--kit", k], None);
+    let (stdout, stderr) = out(&o);
+    assert_ne!(o.status.code(), Some(0), "{stdout}{stderr}");
 }
 
 /// `run --name` of a sandbox made with `capgate create` runs it with the kits it was made

@@ -1999,18 +1999,13 @@ async fn relay_length<C: Io>(
     };
     let take = usize::try_from(n).unwrap_or(usize::MAX).min(up.buf.len());
     head.extend(up.buf.drain(..take));
-    let rest = n - take as u64;
-    if rest > 0 {
-        crate::splice::send_before_more(dst, head, idle).await?;
-    } else {
-        stall::writing(idle, dst.write_all(head)).await?;
-    }
-    head.truncate(head.len() - take);
     let pipe = match &mut up.pipe {
         Some(pipe) => pipe,
         empty => empty.insert(crate::splice::Pipe::new()?),
     };
-    pipe.tcp_to_tcp(src, dst, rest, idle).await?;
+    pipe.tcp_to_tcp(src, dst, head, n - take as u64, idle)
+        .await?;
+    head.truncate(head.len() - take);
     Ok(n)
 }
 

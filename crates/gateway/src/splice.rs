@@ -31,19 +31,19 @@ pub(crate) struct Pipe {
     step: usize,
 }
 
-/// Writes all of `bytes` to `dst` with `MSG_MORE`: TCP holds them back to leave with what
-/// is sent next, so a response head and the start of its body share a segment instead of
-/// the head going out alone (the sockets have `TCP_NODELAY`). The caller must send more
-/// right after, or the bytes wait for the kernel's cork timer.
-pub(crate) async fn send_before_more(
+/// Writes all of `bytes` to `dst` with `flags` (`MSG_MORE`: TCP holds them back to leave
+/// with what is sent next, and the caller must send more right after, or they wait for the
+/// kernel's 200 ms cork timer).
+async fn send_all(
     dst: &TcpStream,
     mut bytes: &[u8],
+    flags: rustix::net::SendFlags,
     idle: Duration,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
         stall::writing(idle, dst.writable()).await?;
         match dst.try_io(Interest::WRITABLE, || {
-            Ok(rustix::net::send(dst, bytes, rustix::net::SendFlags::MORE)?)
+            Ok(rustix::net::send(dst, bytes, flags)?)
         }) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => bytes = &bytes[n..],
@@ -61,19 +61,52 @@ impl Pipe {
         Ok(Self { read, write, step })
     }
 
-    /// Moves exactly `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src`
-    /// ends first, and with a [`stall::Stall`] when either side makes no progress for `idle`.
+    /// Sends `head` (a response head, and any body bytes read with it), then moves exactly
+    /// `len` bytes from `src` to `dst`. Fails with `UnexpectedEof` when `src` ends first,
+    /// and with a [`stall::Stall`] when either side makes no progress for `idle`.
+    ///
+    /// Where the body's first bytes are already at hand, the head leaves in one segment
+    /// with them (`MSG_MORE`; the sockets have `TCP_NODELAY`), as nginx sends its own head
+    /// and body, instead of alone with a wake-up of the client for it; where they are not,
+    /// it leaves at once, never waiting on the body.
     pub(crate) async fn tcp_to_tcp(
         &mut self,
         src: &TcpStream,
         dst: &TcpStream,
+        mut head: &[u8],
         len: u64,
         idle: Duration,
     ) -> io::Result<()> {
         let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
         let mut left = len;
+        if len == 0 {
+            return send_all(dst, head, rustix::net::SendFlags::empty(), idle).await;
+        }
         while left > 0 {
             let want = usize::try_from(left).unwrap_or(usize::MAX).min(self.step);
+            if !head.is_empty() {
+                // One try without waiting (tokio's readiness may not know of the bytes).
+                match rustix::pipe::splice(src, None, &self.write, None, want, flags) {
+                    Ok(n) if n > 0 => {
+                        send_all(dst, head, rustix::net::SendFlags::MORE, idle).await?;
+                        head = &[];
+                        left -= n as u64;
+                        self.drain(dst, n, idle).await?;
+                        continue;
+                    }
+                    Ok(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "body ended early",
+                        ));
+                    }
+                    Err(rustix::io::Errno::AGAIN) => {
+                        send_all(dst, head, rustix::net::SendFlags::empty(), idle).await?;
+                        head = &[];
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let filled = loop {
                 stall::reading(idle, src.readable()).await?;
                 match src.try_io(Interest::READABLE, || {
@@ -98,19 +131,25 @@ impl Pipe {
                 ));
             }
             left -= filled as u64;
-            let mut in_pipe = filled;
-            while in_pipe > 0 {
-                stall::writing(idle, dst.writable()).await?;
-                match dst.try_io(Interest::WRITABLE, || {
-                    Ok(rustix::pipe::splice(
-                        &self.read, None, dst, None, in_pipe, flags,
-                    )?)
-                }) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => in_pipe -= n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
-                }
+            self.drain(dst, filled, idle).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the `in_pipe` bytes the pipe holds into `dst`.
+    async fn drain(&self, dst: &TcpStream, mut in_pipe: usize, idle: Duration) -> io::Result<()> {
+        let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+        while in_pipe > 0 {
+            stall::writing(idle, dst.writable()).await?;
+            match dst.try_io(Interest::WRITABLE, || {
+                Ok(rustix::pipe::splice(
+                    &self.read, None, dst, None, in_pipe, flags,
+                )?)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => in_pipe -= n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -155,7 +194,7 @@ mod tests {
             got
         });
         let mut pipe = Pipe::new().unwrap();
-        pipe.tcp_to_tcp(&up_near, &down_near, len, IDLE)
+        pipe.tcp_to_tcp(&up_near, &down_near, &[], len, IDLE)
             .await
             .unwrap();
         let _keep = writer.await.unwrap();
@@ -185,7 +224,7 @@ mod tests {
         });
         let mut pipe = Pipe::new().unwrap();
         for n in sizes {
-            pipe.tcp_to_tcp(&up_near, &down_near, n as u64, IDLE)
+            pipe.tcp_to_tcp(&up_near, &down_near, &[], n as u64, IDLE)
                 .await
                 .unwrap();
         }
@@ -197,30 +236,55 @@ mod tests {
         );
     }
 
-    /// A head sent with `MSG_MORE` waits for the body's first splice and leaves with it; the
-    /// last splice pushes everything out, so the reader gets head and body, in order, without
-    /// waiting on a cork that nothing releases.
+    /// A head whose body's first bytes are at hand leaves with them; the last splice
+    /// pushes everything out, so the reader gets head and body, in order, without waiting
+    /// on a cork that nothing releases.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_head_held_for_more_leaves_with_the_body() {
+    async fn a_head_leaves_with_the_body_at_hand() {
         let (mut up_far, up_near) = pair().await;
         let (down_near, mut down_far) = pair().await;
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
         let body = pattern(100_000);
-        let total = head.len() + body.len();
         up_far.write_all(&body).await.unwrap();
-        send_before_more(&down_near, head, IDLE).await.unwrap();
-        Pipe::new()
-            .unwrap()
-            .tcp_to_tcp(&up_near, &down_near, body.len() as u64, IDLE)
+        let mut pipe = Pipe::new().unwrap();
+        pipe.tcp_to_tcp(&up_near, &down_near, head, body.len() as u64, IDLE)
             .await
             .unwrap();
-        let mut got = vec![0u8; total];
+        let mut got = vec![0u8; head.len() + body.len()];
         tokio::time::timeout(Duration::from_secs(10), down_far.read_exact(&mut got))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(&got[..head.len()], head);
         assert!(got[head.len()..] == body[..], "the body follows the head");
+    }
+
+    /// A head whose body has not begun to arrive leaves at once: the client gets it before
+    /// the upstream sends a byte of the body (here, only once the head has arrived), as a
+    /// slow upstream's client must. Twin of the test above.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_never_waits_for_its_body() {
+        let (mut up_far, up_near) = pair().await;
+        let (down_near, mut down_far) = pair().await;
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n";
+        let body = pattern(70_000);
+        let relay = tokio::spawn(async move {
+            let mut pipe = Pipe::new().unwrap();
+            pipe.tcp_to_tcp(&up_near, &down_near, head, 70_000, IDLE)
+                .await
+                .unwrap();
+        });
+        let mut got_head = vec![0u8; head.len()];
+        tokio::time::timeout(Duration::from_secs(10), down_far.read_exact(&mut got_head))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got_head[..], head);
+        up_far.write_all(&body).await.unwrap();
+        let mut got = vec![0u8; body.len()];
+        down_far.read_exact(&mut got).await.unwrap();
+        assert!(got == body, "then the body");
+        relay.await.unwrap();
     }
 
     #[tokio::test]
@@ -231,7 +295,7 @@ mod tests {
         drop(up_far);
         let err = Pipe::new()
             .unwrap()
-            .tcp_to_tcp(&up_near, &down_near, 5000, IDLE)
+            .tcp_to_tcp(&up_near, &down_near, &[], 5000, IDLE)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);

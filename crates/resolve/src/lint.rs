@@ -244,7 +244,13 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
     if descriptor.kind == Kind::Workload {
         unused_install_grants(&entries, &grants, &mut out);
     }
-    unknown_types(&entries, &mut out);
+    // A group's members state no `optional`: the group's holds for them.
+    let optional: std::collections::HashSet<&str> = entries
+        .iter()
+        .filter(|(at, e)| e.optional || optional_group_member(descriptor, at))
+        .map(|(at, _)| at.as_str())
+        .collect();
+    unknown_types(&entries, &optional, &mut out);
     unwritable_places(&entries, &mut out);
     exec_lists(&entries, &mut out);
     inject_domains(&entries, options, &mut out);
@@ -714,11 +720,14 @@ fn program_dir(entry: &str) -> Option<String> {
     (in_lib && multiarch).then(|| loader.to_owned())
 }
 
-/// `dev.capgate/exec@1` lists: a program the workload could replace (the run is refused),
-/// and entries that let every program of a system directory run.
 /// Entries of types capgate does not know, with the known type they most likely meant,
-/// and of well-known types it does not honour.
-fn unknown_types(entries: &[(String, &Entry)], out: &mut Findings) {
+/// and of well-known types it does not honour. `optional`: the entries (by path) that are
+/// optional, their own flag or their group's.
+fn unknown_types(
+    entries: &[(String, &Entry)],
+    optional: &std::collections::HashSet<&str>,
+    out: &mut Findings,
+) {
     for (at, entry) in entries {
         let written = entry.type_name.as_str();
         let (check, what) = match entry.known {
@@ -738,7 +747,8 @@ fn unknown_types(entries: &[(String, &Entry)], out: &mut Findings) {
         };
         let path = Path::from(at.as_str()).key("type");
         let pos = entry.type_pos.0;
-        if check == Check::UnsupportedType && !entry.optional {
+        let entry_optional = optional.contains(at.as_str());
+        if check == Check::UnsupportedType && !entry_optional {
             // The kit is right for a runtime that honours the type; capgate is not one.
             out.warn(
                 check,
@@ -746,7 +756,7 @@ fn unknown_types(entries: &[(String, &Entry)], out: &mut Findings) {
                 pos,
                 format!("{what}: this required entry makes capgate refuse the kit at create (a runtime that honours it can run it)"),
             );
-        } else if entry.optional {
+        } else if entry_optional {
             out.warn(
                 check,
                 &path,
@@ -762,6 +772,18 @@ fn unknown_types(entries: &[(String, &Entry)], out: &mut Findings) {
             );
         }
     }
+}
+
+/// Whether `at` (`capabilities[I].group.capabilities[J]`) is a member of an optional group.
+fn optional_group_member(descriptor: &Descriptor, at: &str) -> bool {
+    let Some(index) = at
+        .strip_prefix("capabilities[")
+        .and_then(|rest| rest.split_once("].group."))
+        .and_then(|(i, _)| i.parse::<usize>().ok())
+    else {
+        return false;
+    };
+    matches!(descriptor.capabilities.get(index), Some(capgate_spec::Item::Group(g)) if g.optional)
 }
 
 /// The known type a written one is most likely a slip of: the same name in another
@@ -804,6 +826,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// `dev.capgate/exec@1` lists: a program the workload could replace (the run is refused),
+/// and entries that let every program of a system directory run.
 fn exec_lists(entries: &[(String, &Entry)], out: &mut Findings) {
     let volumes = volume_paths(entries);
     for (at, entry) in entries {
@@ -1313,6 +1337,42 @@ mod tests {
         // Each points at the line of its `type`.
         let lines: Vec<u32> = found.iter().map(|f| f.pos.line).collect();
         assert_eq!(lines, [4, 8, 10, 12, 17, 18], "{found:#?}");
+    }
+
+    /// A group's members take the group's `optional` (they cannot state their own): a
+    /// typo in an optional group is skipped with the group, so a warning; in a required
+    /// group it refuses the kit, so an error.
+    #[test]
+    fn an_unknown_type_in_a_group_takes_the_groups_optional() {
+        let group = |optional: bool| {
+            format!(
+                "  - group:\n      optional: {optional}\n      capabilities:\n        - type: dev.capgate/exce@1\n          config: {{allow: [/usr/bin/python3]}}\n        - type: com.docker.sandbox/usb-device@1\n          config: {{vendorId: \"0x1234\", productId: \"0x5678\"}}\n"
+            )
+        };
+        for (optional, unknown, unsupported) in [
+            (true, Severity::Warning, Severity::Warning),
+            (false, Severity::Error, Severity::Warning),
+        ] {
+            let found = lint(&kit("workload", &group(optional)), &opts(false));
+            let said: Vec<(&str, Severity, bool)> = found
+                .iter()
+                .map(|f| {
+                    (
+                        f.check.code(),
+                        f.severity,
+                        f.message.contains("optional entry"),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                said,
+                [
+                    ("unknown-type", unknown, optional),
+                    ("unsupported-type", unsupported, optional),
+                ],
+                "{found:#?}"
+            );
+        }
     }
 
     #[test]
