@@ -63,29 +63,27 @@ pub fn plan_kits(
 /// same lines as `{"invalid": [...]}` on stdout.
 pub fn report_invalid(problems: &[String], json: bool) {
     if json {
-        use std::io::Write as _;
-        let body = serde_json::json!({ "invalid": problems });
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "{}",
-            crate::json_text(&body).unwrap_or_default()
-        );
+        json_on_the_way_out(&serde_json::json!({ "invalid": problems }));
     }
     for p in problems {
         say!("{p}");
     }
 }
 
+/// `body` on stdout, said on the way to an exit code of failure: a closed stdout changes
+/// nothing.
+fn json_on_the_way_out(body: &serde_json::Value) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        crate::json_text(body).unwrap_or_default()
+    );
+}
+
 pub fn report_refusals(refusals: &[Refusal], json: bool) {
     if json {
-        let body = serde_json::json!({ "refused": refusals });
-        // Said on the way to an exit code of refusal: a closed stdout changes nothing.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "{}",
-            crate::json_text(&body).unwrap_or_default()
-        );
+        json_on_the_way_out(&serde_json::json!({ "refused": refusals }));
     } else {
         say!("capgate: the composition is refused:");
         for r in refusals {

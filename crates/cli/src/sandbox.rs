@@ -145,16 +145,24 @@ pub struct Provisioned {
 /// relative to the lock's directory `base` (so that the lock can move with its kits),
 /// which alone say little (`.`).
 fn kit_locations(plan: &Plan, base: &Path) -> Vec<String> {
+    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
     plan.order()
         .into_iter()
-        .map(|reference| kit_location(base, reference))
+        .map(|reference| beneath(&base, reference))
         .collect()
 }
 
 /// Where the kit `reference` (relative to the composition's `base`) is, as an absolute
 /// path without `.` or `..`.
 pub(crate) fn kit_location(base: &Path, reference: &str) -> String {
-    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    beneath(
+        &std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf()),
+        reference,
+    )
+}
+
+/// `reference` joined to the canonical `base`, its `.` and `..` taken out.
+fn beneath(base: &Path, reference: &str) -> String {
     let mut path = PathBuf::new();
     for c in base.join(reference).components() {
         match c {
@@ -257,10 +265,13 @@ pub fn provision(
     store.provision_sandbox(record, rules)?;
     let dir = SandboxDir::of(&args.name)?;
     dir.create()?;
-    dir.write_made_with(&crate::state::MadeWith {
-        lock: std::path::absolute(&lock_path).unwrap_or_else(|_| lock_path.clone()),
-        args: args.args.clone(),
-    })?;
+    // Read only by a later `run --name`: an ephemeral run has none.
+    if !ephemeral {
+        dir.write_made_with(&crate::state::MadeWith {
+            lock: std::path::absolute(&lock_path).unwrap_or_else(|_| lock_path.clone()),
+            args: args.args.clone(),
+        })?;
+    }
     dir.write_composition(&plan.composed.descriptor(), !ephemeral)?;
     dir.sentinels(&credential_services(&plan))?;
     Ok(Ok(Provisioned {

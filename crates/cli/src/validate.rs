@@ -388,11 +388,7 @@ pub fn refused_by_create(
                         .is_some_and(|rest| rest.starts_with('.'))
             })
         };
-        let reference: PathBuf = base
-            .join(&unit.reference)
-            .components()
-            .filter(|c| *c != std::path::Component::CurDir)
-            .collect();
+        let reference = PathBuf::from(crate::sandbox::kit_location(base, &unit.reference));
         let file = kitref::descriptor_path(&reference).map_or_else(
             |_| reference.display().to_string(),
             |f| f.display().to_string(),

@@ -245,10 +245,13 @@ pub fn lint(descriptor: &Descriptor, options: &Options<'_>) -> Vec<Finding> {
         unused_install_grants(&entries, &grants, &mut out);
     }
     // A group's members state no `optional`: the group's holds for them.
-    let optional: std::collections::HashSet<&str> = entries
+    let optional: Vec<bool> = descriptor
+        .capabilities
         .iter()
-        .filter(|(at, e)| e.optional || optional_group_member(descriptor, at))
-        .map(|(at, _)| at.as_str())
+        .flat_map(|item| match item {
+            capgate_spec::Item::Entry(e) => vec![e.optional],
+            capgate_spec::Item::Group(g) => vec![g.optional; g.capabilities.len()],
+        })
         .collect();
     unknown_types(&entries, &optional, &mut out);
     unwritable_places(&entries, &mut out);
@@ -721,14 +724,10 @@ fn program_dir(entry: &str) -> Option<String> {
 }
 
 /// Entries of types capgate does not know, with the known type they most likely meant,
-/// and of well-known types it does not honour. `optional`: the entries (by path) that are
-/// optional, their own flag or their group's.
-fn unknown_types(
-    entries: &[(String, &Entry)],
-    optional: &std::collections::HashSet<&str>,
-    out: &mut Findings,
-) {
-    for (at, entry) in entries {
+/// and of well-known types it does not honour. `optional[i]`: whether `entries[i]` is
+/// optional, by its own flag or its group's.
+fn unknown_types(entries: &[(String, &Entry)], optional: &[bool], out: &mut Findings) {
+    for ((at, entry), &entry_optional) in entries.iter().zip(optional) {
         let written = entry.type_name.as_str();
         let (check, what) = match entry.known {
             None => {
@@ -747,7 +746,6 @@ fn unknown_types(
         };
         let path = Path::from(at.as_str()).key("type");
         let pos = entry.type_pos.0;
-        let entry_optional = optional.contains(at.as_str());
         if check == Check::UnsupportedType && !entry_optional {
             // The kit is right for a runtime that honours the type; capgate is not one.
             out.warn(
@@ -772,18 +770,6 @@ fn unknown_types(
             );
         }
     }
-}
-
-/// Whether `at` (`capabilities[I].group.capabilities[J]`) is a member of an optional group.
-fn optional_group_member(descriptor: &Descriptor, at: &str) -> bool {
-    let Some(index) = at
-        .strip_prefix("capabilities[")
-        .and_then(|rest| rest.split_once("].group."))
-        .and_then(|(i, _)| i.parse::<usize>().ok())
-    else {
-        return false;
-    };
-    matches!(descriptor.capabilities.get(index), Some(capgate_spec::Item::Group(g)) if g.optional)
 }
 
 /// The known type a written one is most likely a slip of: the same name in another
