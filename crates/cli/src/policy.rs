@@ -26,7 +26,7 @@ pub enum PolicyCommand {
     Init { preset: String },
     /// List rules (`--json` for the full records).
     Ls(LsArgs),
-    /// Add an allow rule.
+    /// Add an allow rule (a user rule that already says the same is named, not copied).
     Allow {
         #[command(subcommand)]
         kind: RuleKind,
@@ -419,6 +419,35 @@ fn add(a: &RuleArgs, decision: Decision) -> Result<u8> {
     }
     rule.phase = a.phase.map(PhaseArg::phase);
     let mut store = open_store()?;
+    if let Some(same) = store
+        .rules(&RuleFilter {
+            sandbox: a.sandbox.clone(),
+            source: Some(Source::User),
+            decision: Some(decision),
+        })?
+        .into_iter()
+        .find(|r| says_the_same(r, &rule))
+    {
+        out!(
+            "rule {} ({}) already {} {}; nothing added",
+            same.id,
+            same.scope,
+            match same.decision {
+                Decision::Allow => "allows",
+                Decision::Deny => "denies",
+            },
+            describe_resources(&same)
+        );
+        return Ok(exit::OK);
+    }
+    if let Scope::Sandbox(s) = &rule.scope
+        && store.sandbox(s)?.is_none()
+    {
+        say!(
+            "capgate: note: no sandbox is named `{}` yet; the rule applies to the one created with that name (`capgate ls` lists them)",
+            printable(s)
+        );
+    }
     let stored = store.add_rule(rule)?;
     out!(
         "added {} rule {} ({}) for {}",
@@ -428,6 +457,25 @@ fn add(a: &RuleArgs, decision: Decision) -> Result<u8> {
         describe_resources(&stored)
     );
     Ok(exit::OK)
+}
+
+/// `rule` would add nothing to `existing`: the same scope, decision, resources (as a set),
+/// methods, paths, protocol and phase.
+fn says_the_same(existing: &Rule, rule: &NewRule) -> bool {
+    fn set<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+        let mut v = v.to_vec();
+        v.sort();
+        v.dedup();
+        v
+    }
+    existing.scope == rule.scope
+        && existing.decision == rule.decision
+        && existing.protocol == rule.protocol
+        && existing.phase == rule.phase
+        && existing.active
+        && set(&existing.resources) == set(&rule.resources)
+        && existing.methods.as_deref().map(set) == rule.methods.as_deref().map(set)
+        && existing.paths.as_deref().map(set) == rule.paths.as_deref().map(set)
 }
 
 fn rm(a: &RmArgs) -> Result<u8> {

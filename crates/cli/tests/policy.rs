@@ -26,6 +26,14 @@ impl Home {
         Home { tmp }
     }
 
+    /// A home with the example kit and a sandbox `name` created from it.
+    fn with_sandbox(name: &str) -> Home {
+        let h = Home::new();
+        h.kit("kit", EXAMPLE_KIT);
+        h.ok(&["create", name, "--kit", "kit"]);
+        h
+    }
+
     fn dir(&self) -> &Path {
         self.tmp.path()
     }
@@ -43,6 +51,16 @@ impl Home {
             .stdin(Stdio::null())
             .output()
             .unwrap()
+    }
+
+    /// Runs a command that must succeed; its stdout and stderr.
+    fn ok(&self, args: &[&str]) -> (String, String) {
+        let out = self.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     fn json(&self, args: &[&str]) -> (i32, serde_json::Value) {
@@ -70,10 +88,7 @@ const EXAMPLE_KIT: &str = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n
 
 #[test]
 fn the_seed_example_holds() {
-    let h = Home::new();
-    h.kit("kit", EXAMPLE_KIT);
-    let out = h.run(&["create", "m101-kit", "--kit", "kit"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let h = Home::with_sandbox("m101-kit");
 
     let (code, v) = h.json(&["policy", "ls", "--source", "kit", "--json"]);
     assert_eq!(code, 0);
@@ -202,6 +217,54 @@ fn deny_wins_across_sources_and_unmatched_is_implicit() {
     assert_eq!(v["deny_kind"], "implicit");
 }
 
+/// Adding a rule that says what a user rule already says adds nothing and names the rule
+/// (so `policy ls` does not fill with copies, and one `policy rm --id` removes it); its
+/// twins, the same host with other methods, or in another scope, are added. A rule for a
+/// sandbox no one has created is kept (it applies once one is made with that name), with a
+/// note, since a misspelt name would otherwise apply to nothing in silence.
+#[test]
+fn a_rule_already_present_is_not_added_twice() {
+    let h = Home::with_sandbox("s1");
+    let user_rules = || {
+        let (code, v) = h.json(&["policy", "ls", "--source", "user", "--json"]);
+        assert_eq!(code, 0, "{v}");
+        v["rules"].as_array().unwrap().len()
+    };
+    // `policy allow network RESOURCES --method METHODS [EXTRA…]`.
+    let allow = |resources: &str, methods: &str, extra: &[&str]| {
+        let mut args = vec!["policy", "allow", "network", resources, "--method", methods];
+        args.extend_from_slice(extra);
+        h.ok(&args)
+    };
+    let (first, note) = allow("a.example,b.example", "GET", &[]);
+    assert!(first.starts_with("added allow rule r-"), "{first}");
+    assert!(note.is_empty(), "{note}");
+    // The same resources in another order and spelling of the list: the same rule.
+    let (again, _) = allow("b.example, a.example", "get", &[]);
+    let id = first.split_whitespace().nth(3).unwrap();
+    assert!(
+        again.contains(&format!("rule {id} (global) already allows")),
+        "{again}"
+    );
+    assert!(again.contains("nothing added"), "{again}");
+    assert_eq!(user_rules(), 1);
+    // Twins: other methods, or another scope, add a rule each.
+    let (post, _) = allow("a.example,b.example", "GET,POST", &[]);
+    assert!(post.starts_with("added allow rule"), "{post}");
+    let (scoped, note) = allow("a.example,b.example", "GET", &["--sandbox", "s1"]);
+    assert!(scoped.starts_with("added allow rule"), "{scoped}");
+    assert!(
+        note.is_empty(),
+        "a sandbox that exists needs no note: {note}"
+    );
+    assert_eq!(user_rules(), 3);
+    // A sandbox no one has made: added, with a note naming it.
+    let (typo, note) = h.ok(&["policy", "deny", "network", "c.example", "--sandbox", "sl"]);
+    assert!(typo.starts_with("added deny rule"), "{typo}");
+    assert!(note.contains("no sandbox is named `sl` yet"), "{note}");
+    assert_eq!(user_rules(), 4);
+}
+
 /// `policy rm --resource` without `--sandbox` removes the global rules naming the
 /// resource, as `policy allow` without `--sandbox` made them: tidying a global allow must
 /// not take a sandbox's deny of the same host with it (that would widen the sandbox).
@@ -221,9 +284,8 @@ fn removing_a_global_rule_by_resource_keeps_a_sandboxs_deny() {
         ])
     };
     let ok = |args: &[&str]| {
-        let out = h.run(args);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
-        text(&out)
+        let (out, err) = h.ok(args);
+        out + &err
     };
     ok(&[
         "policy",
@@ -259,12 +321,7 @@ fn removing_a_global_rule_by_resource_keeps_a_sandboxs_deny() {
 
 #[test]
 fn provisioned_rules_cannot_be_removed_and_recreate_replaces_them_atomically() {
-    let h = Home::new();
-    h.kit("kit", EXAMPLE_KIT);
-    assert_eq!(
-        h.run(&["create", "s", "--kit", "kit"]).status.code(),
-        Some(0)
-    );
+    let h = Home::with_sandbox("s");
     let out = h.run(&[
         "policy",
         "rm",
