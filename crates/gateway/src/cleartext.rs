@@ -1,22 +1,34 @@
-//! A SOCKS5 stream is relayed as bytes, unparsed. In a sandbox with credentials, a
-//! sentinel sent in one is still a sentinel sent where its credential is not injected (no
-//! credential is ever written into a SOCKS stream), so the client's bytes are watched for
-//! every sentinel of the sandbox, in any letter case, across reads: a piece that completes
-//! one is not sent, the connection is closed, and the caller records the exfiltration. At
-//! most the sentinel's first bytes (those before the read that completed it) have left.
-//! (CONNECT tunnels need none of this: in such a sandbox every one is intercepted, and one
-//! that does not carry TLS is refused.)
+//! The SOCKS5 relay. A SOCKS5 stream is relayed as bytes, unparsed, after two checks on
+//! the client's direction:
 //!
-//! Only the client's direction is read this way; the upstream's answer is copied as it
-//! comes. Inside TLS carried by SOCKS nothing can be seen, nor a sentinel split across
-//! two connections.
+//! - **Its first bytes.** When they are a TLS ClientHello, it must name (SNI) the host the
+//!   client asked SOCKS for, as in a CONNECT tunnel: otherwise a grant for one host would
+//!   carry TLS for another served at the same address (a CDN, a shared front). The bytes
+//!   are held until they are known not to be TLS or hold a whole hello; nothing of a hello
+//!   cut short or naming another host is sent. The server's direction flows meanwhile, so
+//!   server-first protocols (SMTP, MySQL) work. TLS begun later inside the protocol
+//!   (STARTTLS) is not seen.
+//! - **Sentinels.** In a sandbox with credentials, a sentinel sent in a SOCKS stream is
+//!   still a sentinel sent where its credential is not injected (no credential is ever
+//!   written into a SOCKS stream), so the client's bytes are watched for every sentinel of
+//!   the sandbox, in any letter case, across reads: a piece that completes one is not sent,
+//!   the connection is closed, and the caller records the exfiltration. At most the
+//!   sentinel's first bytes (those before the read that completed it) have left. (CONNECT
+//!   tunnels need none of this: in such a sandbox every one is intercepted, and one that
+//!   does not carry TLS is refused.)
+//!
+//! The upstream's answer is copied as it comes. Inside TLS carried by SOCKS nothing can be
+//! seen, nor a sentinel split across two connections.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use capgate_policy::Reason;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+
+use crate::tls::{MAX_PEEK_LEN, SniPeek, peek_sni, sni_matches_authority};
 
 /// The size of one read from the client.
 const CHUNK: usize = 64 * 1024;
@@ -101,35 +113,128 @@ pub(crate) enum Relayed {
     /// bytes had gone upstream (none of the piece that completed the sentinel) and `down`
     /// had come back.
     Sentinel { service: String, up: u64, down: u64 },
+    /// The client's first bytes were refused (see [`FirstBytes`]): none of them left, and
+    /// `down` bytes had come back.
+    Refused {
+        reason: Reason,
+        message: String,
+        down: u64,
+    },
+}
+
+/// The client's first bytes, held until they are known not to be TLS, or hold a whole
+/// ClientHello, whose server name must be `host` (the host the client asked for).
+struct FirstBytes<'a> {
+    host: &'a str,
+    /// What came so far; `None` once judged (from then on every piece passes).
+    held: Option<Vec<u8>>,
+}
+
+impl<'a> FirstBytes<'a> {
+    fn new(host: &'a str) -> FirstBytes<'a> {
+        FirstBytes {
+            host,
+            held: Some(Vec::new()),
+        }
+    }
+
+    /// Takes the client's next piece (empty at the end of its stream): what may be sent
+    /// now (`Ok(None)`: nothing yet, read on), or the refusal.
+    fn admit(&mut self, piece: &[u8]) -> Result<Option<Vec<u8>>, (Reason, String)> {
+        let Some(held) = self.held.as_mut() else {
+            return Ok(Some(piece.to_vec()));
+        };
+        if piece.is_empty() {
+            // The end of the stream: a hello cut short is never sent, its rest would pass
+            // unchecked on another connection's words.
+            if held.is_empty() {
+                return Ok(Some(Vec::new()));
+            }
+            return Err((
+                Reason::MalformedRequest,
+                "the stream's TLS ClientHello stopped before it was complete".to_owned(),
+            ));
+        }
+        held.extend_from_slice(piece);
+        match peek_sni(held) {
+            Ok(SniPeek::NeedMore) if held.len() < MAX_PEEK_LEN => return Ok(None),
+            Ok(SniPeek::NeedMore) | Err(_) => {
+                return Err((
+                    Reason::MalformedRequest,
+                    "the stream's TLS ClientHello is malformed or oversized".to_owned(),
+                ));
+            }
+            Ok(SniPeek::Hello { sni, .. }) if !sni_matches_authority(sni.as_deref(), self.host) => {
+                return Err((
+                    Reason::InvalidTarget,
+                    format!(
+                        "the TLS server name `{}` is not the SOCKS host `{}`",
+                        sni.as_deref().unwrap_or("(none)"),
+                        self.host
+                    ),
+                ));
+            }
+            Ok(SniPeek::Hello { .. } | SniPeek::NotTls) => {}
+        }
+        Ok(self.held.take())
+    }
+}
+
+/// How the client's direction of a relay stopped early.
+enum Stop {
+    Sentinel { service: String, up: u64 },
+    Refused { reason: Reason, message: String },
 }
 
 /// Relays `client` and `upstream` both ways until both directions end, as
-/// `tokio::io::copy_bidirectional` does, watching the client's bytes with `scan`.
+/// `tokio::io::copy_bidirectional` does, judging the client's first bytes against `host`
+/// (see [`FirstBytes`]) and watching all of them with `scan`, if any.
 pub(crate) async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
-    scan: &SentinelScan,
+    host: &str,
+    scan: Option<&SentinelScan>,
 ) -> io::Result<Relayed> {
     let (mut client_r, mut client_w) = client.split();
     let (mut up_r, mut up_w) = upstream.split();
     // What came back so far, for the record of a connection given up mid-stream.
     let down_bytes = AtomicU64::new(0);
     let up = async {
-        let mut watch = Watch::new(scan);
+        let mut first = FirstBytes::new(host);
+        let mut watch = scan.map(Watch::new);
         let mut buf = vec![0u8; CHUNK];
         let mut total = 0u64;
         loop {
             let n = client_r.read(&mut buf).await?;
+            let read = buf.get(..n).unwrap_or_default();
+            // Until the first bytes are judged, the pieces are held and sent as one.
+            let held;
+            let piece = if first.held.is_none() {
+                read
+            } else {
+                match first.admit(read) {
+                    Ok(Some(bytes)) => {
+                        held = bytes;
+                        held.as_slice()
+                    }
+                    Ok(None) => continue,
+                    Err((reason, message)) => {
+                        return Ok::<_, io::Error>(Err(Stop::Refused { reason, message }));
+                    }
+                }
+            };
+            if !piece.is_empty() {
+                if let Some(Err(service)) = watch.as_mut().map(|w| w.pass(piece)) {
+                    let service = service.to_owned();
+                    return Ok(Err(Stop::Sentinel { service, up: total }));
+                }
+                up_w.write_all(piece).await?;
+                total += piece.len() as u64;
+            }
             if n == 0 {
                 up_w.shutdown().await?;
-                return Ok::<_, io::Error>(Ok(total));
+                return Ok(Ok(total));
             }
-            let piece = buf.get(..n).unwrap_or_default();
-            if let Err(service) = watch.pass(piece) {
-                return Ok(Err((service.to_owned(), total)));
-            }
-            up_w.write_all(piece).await?;
-            total += n as u64;
         }
     };
     let down = async {
@@ -150,10 +255,17 @@ pub(crate) async fn relay(
         tokio::select! {
             r = &mut up, if up_done.is_none() => match r? {
                 Ok(n) => up_done = Some(n),
-                Err((service, up)) => {
+                Err(Stop::Sentinel { service, up }) => {
                     return Ok(Relayed::Sentinel {
                         service,
                         up,
+                        down: down_bytes.load(Ordering::Relaxed),
+                    });
+                }
+                Err(Stop::Refused { reason, message }) => {
+                    return Ok(Relayed::Refused {
+                        reason,
+                        message,
                         down: down_bytes.load(Ordering::Relaxed),
                     });
                 }
@@ -299,7 +411,9 @@ mod tests {
             });
             let (mut c, _) = front.accept().await.unwrap();
             let mut u = TcpStream::connect(back_at).await.unwrap();
-            let relayed = relay(&mut c, &mut u, &s).await.unwrap();
+            let relayed = relay(&mut c, &mut u, "upstream.test", Some(&s))
+                .await
+                .unwrap();
             drop((c, u));
             let seen = upstream.await.unwrap();
             let answer = client.await.unwrap();

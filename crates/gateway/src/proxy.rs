@@ -541,8 +541,9 @@ impl Gateway {
         }
     }
 
-    /// Records how a relay watched for sentinels (`cleartext::relay`) ended: as `verdict`,
-    /// or, when the client sent a sentinel in clear, as the exfiltration it is.
+    /// Records how a SOCKS relay (`cleartext::relay`) ended: as `verdict`; when the client
+    /// sent a sentinel in clear, as the exfiltration it is; when its first bytes were
+    /// refused, as that refusal.
     pub(crate) fn record_watched(
         &self,
         host: &str,
@@ -562,6 +563,14 @@ impl Gateway {
             }
             Ok(Relayed::Done { up, down }) => {
                 self.audit_verdict(host, port, verdict, None, (up, down))
+            }
+            Ok(Relayed::Refused {
+                reason,
+                message,
+                down,
+            }) => {
+                let v = Verdict::refused(reason, message);
+                self.audit_verdict(host, port, &v, None, (0, down));
             }
             Err(_) => self.audit_verdict(host, port, verdict, None, (0, 0)),
         }

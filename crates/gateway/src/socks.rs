@@ -1,7 +1,8 @@
 //! SOCKS5 `CONNECT` (RFC 1928, no authentication) for non-HTTP protocols that an unbounded
 //! grant allows (SSH to a code host, a database driver, …). The same decision and address
 //! guard as the HTTP proxy; a host granted only for some HTTP requests is refused here,
-//! because its traffic would not be inspected.
+//! because its traffic would not be inspected, and TLS whose server name is not the host
+//! asked for is refused by the relay (`cleartext`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -130,9 +131,9 @@ impl Gateway {
             }
         };
         let _ = upstream.set_nodelay(true);
-        // With sentinels in the sandbox, the client's bytes are watched for them (TLS
-        // inside shows none; any other protocol is cleartext, see `cleartext`); a stream
-        // that cannot be watched is refused.
+        // The client's first bytes are judged, and with sentinels in the sandbox all its
+        // bytes are watched for them (see `cleartext`); a stream that cannot be watched is
+        // refused.
         let broker = &self.cfg().broker;
         if broker.has_sentinels() && broker.sentinel_scan().is_none() {
             let v = Verdict::refused(
@@ -143,24 +144,8 @@ impl Gateway {
             return reply(&mut client, REP_FAILURE).await;
         }
         reply(&mut client, REP_OK).await?;
-        if let Some(scan) = broker.sentinel_scan() {
-            tokio::select! {
-                biased;
-                revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
-                    self.record(&name, port, &revoked, (0, 0));
-                }
-                relayed = crate::cleartext::relay(&mut client, &mut upstream, scan) => {
-                    self.record_watched(&name, port, &verdict, relayed);
-                }
-            }
-            return Ok(());
-        }
-        let relay = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut upstream,
-            64 * 1024,
-            64 * 1024,
-        );
+        let relay =
+            crate::cleartext::relay(&mut client, &mut upstream, &name, broker.sentinel_scan());
         tokio::select! {
             biased;
             // A connection opened under install grants ends when they stop holding; judged
@@ -168,7 +153,7 @@ impl Gateway {
             revoked = self.until_revoked((&target, port, Protocol::Tcp), None, began) => {
                 self.record(&name, port, &revoked, (0, 0));
             }
-            relayed = relay => self.record(&name, port, &verdict, relayed.unwrap_or((0, 0))),
+            relayed = relay => self.record_watched(&name, port, &verdict, relayed),
         }
         Ok(())
     }

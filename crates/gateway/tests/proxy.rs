@@ -1023,6 +1023,68 @@ async fn socks5_carries_unbounded_grants_only() {
     assert!(h.seen["denied.test"].lock().unwrap().requests.is_empty());
 }
 
+/// Through SOCKS as through CONNECT, TLS must name the host the client asked for: a grant
+/// for one name must not carry TLS for another name served at the same address (a CDN).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_tls_naming_another_host_is_refused_and_never_forwarded() {
+    for with_credential in [false, true] {
+        let h = harness(with_credential).await;
+        let (port, got) = recording_upstream().await;
+        let hello_for = |server: &'static str, tcp: TcpStream| {
+            let config = Arc::new(client_tls(&h, &[b"http/1.1"]));
+            async move {
+                let name = rustls::pki_types::ServerName::try_from(server).unwrap();
+                // The recording upstream never answers: the handshake only has to start.
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_millis(500),
+                    tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+                )
+                .await;
+            }
+        };
+        // The attack: SOCKS to sink.test (allowed), TLS naming api.test (granted for some
+        // requests only, so never carried opaquely).
+        let (code, tcp) = socks_connect(&h, b"sink.test", port).await;
+        assert_eq!(code, 0);
+        hello_for("api.test", tcp).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            got.lock().unwrap().is_empty(),
+            "a hello naming another host reached the upstream"
+        );
+        assert!(
+            recorded(&h)
+                .iter()
+                .any(|e| e.host == "sink.test" && e.reason == Reason::InvalidTarget),
+            "the refusal is not recorded"
+        );
+        // The twin: the hello naming the host asked for is carried.
+        let (code, tcp) = socks_connect(&h, b"sink.test", port).await;
+        assert_eq!(code, 0);
+        hello_for("sink.test", tcp).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let sent = got.lock().unwrap().clone();
+        assert_eq!(
+            sent.first(),
+            Some(&0x16),
+            "the hello did not arrive: {sent:?}"
+        );
+        // And a server that speaks first is heard before the client says a byte.
+        let banner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let banner_port = banner.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = banner.accept().await.unwrap();
+            s.write_all(b"220 ready\r\n").await.unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        });
+        let (code, mut s) = socks_connect(&h, b"sink.test", banner_port).await;
+        assert_eq!(code, 0);
+        let heard = read_until(&mut s, "\r\n").await;
+        assert_eq!(heard, "220 ready\r\n");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clienthello_cut_short_is_never_forwarded() {
     let h = harness(false).await;
