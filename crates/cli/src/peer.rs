@@ -245,6 +245,16 @@ mod tests {
         exact_owner(request(ip_proto::UDP, NLM_F_REQUEST, AF_INET, local, peer))
     }
 
+    /// Waits (at most 5 s) for `done`: a socket closed here shows as closed only once
+    /// every process holding it let go, and a process another test forks meanwhile holds
+    /// a copy of every descriptor until it execs. The caller asserts afterwards.
+    fn settle(mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !done() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_tcp_peer_is_owned_by_this_process_user_and_a_stranger_address_by_no_one() {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -259,11 +269,11 @@ mod tests {
         // Closed by the client while the server holds its end: the client's socket waits
         // in FIN_WAIT2 without a process (reported with uid 0 and no inode): no one.
         drop(client);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        settle(|| tcp_owner(v4(peer), local).unwrap().is_none());
         assert_eq!(tcp_owner(v4(peer), local).unwrap(), None);
         // Closed by both: TIME_WAIT on the client's side, which no one owns either.
         drop(served);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        settle(|| tcp_owner(v4(peer), local).unwrap().is_none());
         assert_eq!(tcp_owner(v4(peer), local).unwrap(), None);
     }
 
@@ -279,6 +289,10 @@ mod tests {
             assert_eq!(best_match(v4(peer), local).unwrap(), Some(me()), "{bind}");
             assert_eq!(udp_owners(v4(peer)).unwrap(), vec![Some(me())], "{bind}");
             drop(client);
+            settle(|| {
+                best_match(v4(peer), local).unwrap().is_none()
+                    && udp_owners(v4(peer)).unwrap().is_empty()
+            });
             assert_eq!(best_match(v4(peer), local).unwrap(), None, "{bind}");
             assert_eq!(udp_owners(v4(peer)).unwrap(), vec![], "{bind}");
         }
