@@ -209,6 +209,10 @@ fn host_runners(root: &Path, kit_files: &[PathBuf]) -> Result<Vec<(PathBuf, &'st
             let rel = path.strip_prefix(&root).unwrap_or(&path);
             if entry.file_name() == ".git" {
                 repos.push(dir.clone());
+            } else if kind.is_file() {
+                for program in yarn_programs(&path) {
+                    named.push((normalize(&dir.join(program)), YARN_REASON));
+                }
             } else if kind.is_symlink() && copyback::runner_reason(rel).is_some() {
                 if let Ok(target) = std::fs::read_link(&path) {
                     named.push((
@@ -252,6 +256,38 @@ fn host_runners(root: &Path, kit_files: &[PathBuf]) -> Result<Vec<(PathBuf, &'st
         }
     }
     Ok(out)
+}
+
+/// Why a program a yarn configuration names is diverted.
+const YARN_REASON: &str =
+    "a yarn configuration on the host names this program: every yarn call runs or loads it";
+
+/// The programs the yarn configuration at `path` (if it is one: `.yarnrc.yml` of yarn 2
+/// and later, `.yarnrc` of yarn 1) names: its `yarnPath` or `yarn-path`, and the `path`
+/// of each plugin, as written (relative to the file's directory).
+fn yarn_programs(path: &Path) -> Vec<String> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase());
+    let keys: &[&str] = match name.as_deref() {
+        Some(".yarnrc.yml" | ".yarnrc.yaml") => &["yarnPath:", "path:", "- path:"],
+        Some(".yarnrc") => &["yarn-path ", "yarn-path\t", "\"yarn-path\""],
+        _ => return Vec::new(),
+    };
+    // A configuration is small; one that is not is read no further than this.
+    let mut text = String::new();
+    let _ = std::fs::File::open(path).and_then(|f| {
+        std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+    });
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let value = keys.iter().find_map(|k| line.strip_prefix(k))?;
+            let value = value.split(" #").next().unwrap_or_default().trim();
+            let value = value.trim_matches(|c| c == '"' || c == '\'');
+            (!value.is_empty()).then(|| value.to_owned())
+        })
+        .collect()
 }
 
 /// What the repository at `repo` (if it is one) makes a runner: see [`host_runners`].

@@ -3048,6 +3048,46 @@ fn copy_back_diverts_what_the_hosts_config_and_links_make_runners() {
     }
 }
 
+/// The programs a host yarn configuration names (yarn 2's `yarnPath` and plugin paths,
+/// yarn 1's `yarn-path`), wherever they lie, are runners: every yarn call runs them. The
+/// twin beside them, an ordinary file, is applied.
+#[test]
+fn copy_back_diverts_the_programs_a_yarn_configuration_names() {
+    let env = setup();
+    let ws = env.path("ws");
+    std::fs::create_dir_all(ws.join("web")).unwrap();
+    std::fs::write(
+        ws.join(".yarnrc.yml"),
+        "nodeLinker: node-modules\nyarnPath: \"tools/yarn-4.cjs\"\nplugins:\n  - path: build/plugin-x.cjs\n    spec: x\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("web/.yarnrc"), "yarn-path \"../bin/yarn1.js\"\n").unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    let o = env.copy_back(
+        "cb-yarn",
+        "mkdir -p tools build bin; echo evil > tools/yarn-4.cjs; echo evil > build/plugin-x.cjs; \
+         echo evil > bin/yarn1.js; echo ok > tools/notes.txt",
+    );
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    for program in ["tools/yarn-4.cjs", "build/plugin-x.cjs", "bin/yarn1.js"] {
+        assert!(
+            !ws.join(program).exists(),
+            "{program} was applied: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("tools/notes.txt")).unwrap(),
+        "ok\n"
+    );
+    let diverted = git(&ws, &["diff", "--name-only", "HEAD", "capgate/cb-yarn"]);
+    for path in ["tools/yarn-4.cjs", "build/plugin-x.cjs", "bin/yarn1.js"] {
+        assert!(diverted.lines().any(|l| l == path), "{path} in {diverted}");
+    }
+}
+
 /// More of what the host's repositories make runners: a nested repository's hooks path, a
 /// hooks directory that is itself a link into the tree, a hooks path with a space, a
 /// program an alias runs (`;` after it), all in a repository another user owns (git

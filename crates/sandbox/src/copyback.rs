@@ -339,6 +339,81 @@ pub const RUNNERS: &[Runner] = &[
         ".bazelrc",
         "options of every bazel command: --workspace_status_command and --run_under name programs it runs",
     ),
+    runner(
+        "tools/bazel",
+        "bazelisk and the bazel launcher run this script in place of Bazel",
+    ),
+    runner(
+        "gradle/wrapper",
+        "the Gradle wrapper's jar and distribution URL: the wrapper runs them, an IDE's import included",
+    ),
+    runner(
+        ".yarn/plugins",
+        "yarn loads every plugin the project's .yarnrc.yml lists from here",
+    ),
+    runner(
+        ".yarn/releases",
+        "where .yarnrc.yml's yarnPath usually points: every yarn call runs it",
+    ),
+    runner(
+        ".yarn/sdks",
+        "editor integrations an editor's settings run (typescript.tsdk)",
+    ),
+    runner(".pnpmfile.cjs", "pnpm runs its hooks at every install"),
+    runner(
+        ".gitpod.yml",
+        "Gitpod runs its tasks when a workspace of the repository starts",
+    ),
+    runner(
+        ".travis.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        "bitbucket-pipelines.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        "azure-pipelines.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".azure-pipelines",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".drone.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".woodpecker.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".woodpecker.yaml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".woodpecker",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        "appveyor.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".appveyor.yml",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(
+        ".buildkite",
+        "CI pipelines run with the repository's secrets",
+    ),
+    runner(".gitea", "CI pipelines run with the repository's secrets"),
+    runner(".forgejo", "CI pipelines run with the repository's secrets"),
+    runner(
+        ".semaphore",
+        "CI pipelines run with the repository's secrets",
+    ),
 ];
 
 /// Why a change must be diverted rather than applied (it is a symbolic link, or matches
@@ -1141,6 +1216,22 @@ mod tests {
             ".mvn/extensions.xml",
             ".mvn/wrapper/maven-wrapper.properties",
             ".bazelrc",
+            // more programs build tools run in place of their own, and more CI
+            "tools/bazel",
+            "gradle/wrapper/gradle-wrapper.jar",
+            ".yarn/plugins/@yarnpkg/plugin-x.cjs",
+            ".pnpmfile.cjs",
+            ".gitpod.yml",
+            ".travis.yml",
+            "bitbucket-pipelines.yml",
+            "azure-pipelines.yml",
+            ".drone.yml",
+            ".woodpecker.yml",
+            ".woodpecker/build.yaml",
+            "appveyor.yml",
+            ".buildkite/pipeline.yml",
+            ".gitea/workflows/ci.yml",
+            ".forgejo/workflows/ci.yml",
         ] {
             assert!(divert_reason(&file(path), &[]).is_some(), "{path}");
         }
@@ -1159,6 +1250,12 @@ mod tests {
             "config/app.toml",
             "pth.txt",
             "cargo/notes.md",
+            "tools/build.sh",
+            "bazel/notes.md",
+            "gradle/libs.versions.toml",
+            ".yarn/cache/left-pad.zip",
+            "docs/travis.yml.md",
+            "pipelines.yml",
         ] {
             assert_eq!(divert_reason(&file(path), &[]), None, "{path}");
         }
