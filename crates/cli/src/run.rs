@@ -422,6 +422,10 @@ impl Environments {
     }
 }
 
+/// How long a run's end waits for the gateway's connections to finish recording (a
+/// connection whose upstream does not close when the sandbox's side has is cut then).
+const GATEWAY_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Maps a failure to start the sandbox or the command onto the container-runtime codes.
 fn start_failure(e: &SandboxError) -> u8 {
     match e {
@@ -1007,6 +1011,8 @@ fn run_provisioned(
     // may exec after it.
     let (_, refused, dropped) = sandbox.stop_taking_exec_refusals();
     record_exec_refusals((refused, dropped), audit.as_deref(), name, Phase::Runtime);
+    // The gateway's connections end with the sandbox: their last records are let in first.
+    runtime.block_on(gw.settled(GATEWAY_PATIENCE));
     runtime.shutdown_background();
     if args.copy_back {
         let upper = spec.state_dir.join(capgate_sandbox::OVERLAY_UPPER);

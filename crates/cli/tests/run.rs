@@ -2302,6 +2302,72 @@ print("trusting=" + urllib.request.urlopen(url).read().decode().strip())
     );
 }
 
+/// A tunnel still open when the workload ends is recorded all the same: the run lets the
+/// gateway's connections finish (for a moment) before it stops the gateway. Here the
+/// upstream closes its side only 50 ms after the sandbox's side went away, so the tunnel's
+/// record comes after the workload is gone.
+#[test]
+fn a_tunnel_open_when_the_workload_ends_is_still_recorded() {
+    let env = setup();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in upstream.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = conn.read_to_end(&mut got);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            });
+        }
+    });
+    env.write_kit(
+        "kit",
+        "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: com.docker.sandbox/network-policy@2\n    config: {runtime: {allow: [slow.test]}}\n",
+    );
+    // CONNECT, a few bytes through the tunnel, and out: the process's end closes it.
+    let script = format!(
+        r#"
+import os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((proxy.hostname, proxy.port))
+s.sendall(b"CONNECT slow.test:{port} HTTP/1.1\r\nHost: slow.test:{port}\r\n\r\n")
+print("answer=" + s.recv(100).split(b"\r\n")[0].decode())
+s.sendall(b"PING\n")
+"#
+    );
+    std::fs::write(env.path("ws/probe.py"), &script).unwrap();
+    let kit = env.path("kit").display().to_string();
+    let o = env.capgate(
+        &[
+            "run",
+            "--name",
+            "tunnel",
+            "--kit",
+            &kit,
+            "--dangerously-resolve",
+            "slow.test=127.0.0.1",
+            "--",
+            "python3",
+            "probe.py",
+        ],
+        None,
+    );
+    let (stdout, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("answer=HTTP/1.1 200"), "{stdout}\n{stderr}");
+    let o = env.capgate(&["log", "--sandbox", "tunnel", "--json"], None);
+    let log: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tunnel = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["host"] == "slow.test")
+        .unwrap_or_else(|| panic!("the tunnel is not recorded: {log}"));
+    assert_eq!(tunnel["decision"], "allow", "{tunnel}");
+    assert_eq!(tunnel["bytes_up"], 5, "{tunnel}");
+}
+
 /// A pack's egress triples in a real sandbox: curl and python reach the host, port and
 /// protocol granted, and nothing else of them (cleartext to the https grant, a tunnel to the
 /// http one); a credential injected on an egress host reaches it there only.

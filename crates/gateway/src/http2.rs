@@ -270,9 +270,20 @@ impl Tunnel {
                     }),
                 };
                 unfinished.armed = false;
-                let (verdict, bytes) = match relayed {
-                    Ok(bytes) => (verdict, bytes),
+                // Recorded before the failure's answer goes out: a client that reads the
+                // log once it has its answer finds the event there.
+                match relayed {
+                    Ok(bytes) => self
+                        .gw
+                        .audit_verdict(host, self.port, &verdict, what, bytes),
                     Err(failure) => {
+                        self.gw.audit_verdict(
+                            host,
+                            self.port,
+                            &failure.verdict,
+                            what,
+                            failure.bytes,
+                        );
                         match &failure.answer {
                             Answer::Status(status, text) => {
                                 answer(&mut respond, *status, failure.verdict.reason, text);
@@ -280,16 +291,13 @@ impl Tunnel {
                             Answer::Refused => respond.send_reset(h2::Reason::REFUSED_STREAM),
                             Answer::Reset => respond.send_reset(h2::Reason::CANCEL),
                         }
-                        (failure.verdict, failure.bytes)
                     }
-                };
-                self.gw
-                    .audit_verdict(host, self.port, &verdict, what, bytes);
+                }
             }
             Err((status, verdict, text)) => {
-                answer(&mut respond, status, verdict.reason, &text);
                 self.gw
                     .audit_verdict(host, self.port, &verdict, what, (0, 0));
+                answer(&mut respond, status, verdict.reason, &text);
                 // A request body still on its way is read and dropped, so the stream
                 // ends cleanly instead of being reset under the client's answer.
                 drain(body, self.gw.limits().idle_timeout).await;

@@ -326,6 +326,15 @@ impl Gateway {
         self.inner.connections.try_acquire().ok()
     }
 
+    /// Waits, at most `patience`, until no connection holds one of the sandbox's slots.
+    /// For the end of a run: once the sandbox has stopped its connections are closing,
+    /// and some record their decision only as they end (a tunnel, a large answer, a
+    /// client's alert); a runtime shut down before that would lose the record.
+    pub async fn settled(&self, patience: Duration) {
+        let all = u32::try_from(self.cfg().limits.max_connections).unwrap_or(u32::MAX);
+        let _ = tokio::time::timeout(patience, self.inner.connections.acquire_many(all)).await;
+    }
+
     /// A slot for reading the request of a connection over the limit, to refuse it with
     /// an answer; `None` when [`OVERFLOW`] such connections are already waiting.
     pub(crate) fn overflow_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
