@@ -52,8 +52,9 @@ struct FileReport {
     valid: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<String>,
+    /// The declared capability types, de-duplicated and sorted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    capabilities: Option<String>,
+    capabilities: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -250,10 +251,13 @@ pub fn run(args: &Args) -> Result<u8> {
             file: name,
             valid,
             kind: loaded.descriptor.as_ref().map(|d| d.kind.to_string()),
-            capabilities: loaded
-                .descriptor
-                .as_ref()
-                .map(capgate_spec::Descriptor::capability_types),
+            capabilities: loaded.descriptor.as_ref().map(|d| {
+                d.capability_types()
+                    .split(',')
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }),
         });
     }
     // (Only when every kit could be read: an unreadable one may be the declaring one.)
@@ -279,11 +283,10 @@ pub fn run(args: &Args) -> Result<u8> {
         for f in &report.files {
             if f.valid {
                 let kind = f.kind.as_deref().unwrap_or("kit");
-                let caps = f
-                    .capabilities
-                    .as_deref()
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or("no capabilities");
+                let caps = match f.capabilities.as_deref() {
+                    Some(types) if !types.is_empty() => types.join(","),
+                    _ => "no capabilities".to_owned(),
+                };
                 writeln!(out, "{}: valid {kind} ({caps})", f.file)?;
             }
         }

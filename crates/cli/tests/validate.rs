@@ -111,6 +111,15 @@ fn json_report_lists_file_path_line_column_message() {
     let files = report["files"].as_array().unwrap();
     assert_eq!(files[1]["valid"], true);
     assert_eq!(files[1]["kind"], "mixin");
+    // The capability types as a list, one string each.
+    assert_eq!(
+        files[1]["capabilities"],
+        serde_json::json!([
+            "com.docker.sandbox/agent-context@1",
+            "com.docker.sandbox/credential@1",
+            "com.docker.sandbox/network-policy@1"
+        ])
+    );
 }
 
 #[test]
