@@ -370,6 +370,9 @@ fn a_caller_that_is_not_interactive_gets_its_output_on_a_terminal_of_the_sandbox
         shown.contains("got=piped-line in=pipe: err=/dev/pts/0 ctty=no"),
         "{shown}"
     );
+    // Line ends turned into `\r\n` once, by the caller's terminal, not twice.
+    assert!(shown.contains("ctty=no\r\n"), "{shown:?}");
+    assert!(!shown.contains("\r\r\n"), "{shown:?}");
 }
 
 /// Only the command the user works with gets the terminal; hooks do not. A background

@@ -841,8 +841,9 @@ fn command_stdio(
             "expected {expected} descriptors for stdio beside the terminal"
         ));
     }
-    let (master, terminal) = crate::linux::open_terminal(cmd.user.id(), t.rows, t.cols)
-        .map_err(|e| format!("cannot open a terminal: {e}"))?;
+    let (master, terminal) =
+        crate::linux::open_terminal(cmd.user.id(), (t.rows, t.cols), t.controlling)
+            .map_err(|e| format!("cannot open a terminal: {e}"))?;
     let mut attached = fds.into_iter();
     let mut next = |is_terminal: bool| -> Result<OwnedFd, String> {
         if is_terminal {

@@ -280,7 +280,16 @@ impl Linux {
 /// command that runs as `id` (its uid and gid): the controlling side and the terminal,
 /// sized `rows` × `cols`. The terminal's node belongs to the command's user, as `login`
 /// would make it: the init opens the multiplexer with that filesystem identity.
-pub(crate) fn open_terminal(id: u32, rows: u16, cols: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+///
+/// A terminal that only shows output (`controlling` false: the caller's terminal stays in
+/// its own mode, cooked) leaves the line ends as the command writes them: the caller's
+/// terminal turns `\n` into `\r\n` itself, and would otherwise show `\r\r\n`. A
+/// controlling one does the turning, as the caller's terminal is then raw.
+pub(crate) fn open_terminal(
+    id: u32,
+    (rows, cols): (u16, u16),
+    controlling: bool,
+) -> io::Result<(OwnedFd, OwnedFd)> {
     use rustix::pty::{OpenptFlags, ioctl_tiocgptpeer, openpt, unlockpt};
     let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
     let master = as_filesystem_user(id, || openpt(flags).map_err(io::Error::from))
@@ -297,6 +306,14 @@ pub(crate) fn open_terminal(id: u32, rows: u16, cols: u16) -> io::Result<(OwnedF
     // From the controlling side, never by its name under /dev/pts.
     let terminal = ioctl_tiocgptpeer(&master, flags)
         .map_err(|e| io::Error::new(e.kind(), format!("open the pty's terminal: {e}")))?;
+    if !controlling {
+        let mut modes = rustix::termios::tcgetattr(&terminal)?;
+        modes
+            .output_modes
+            .remove(rustix::termios::OutputModes::ONLCR);
+        rustix::termios::tcsetattr(&terminal, rustix::termios::OptionalActions::Now, &modes)
+            .map_err(|e| io::Error::new(e.kind(), format!("set the pty's line ends: {e}")))?;
+    }
     Ok((master, terminal))
 }
 
