@@ -106,11 +106,14 @@ pub fn read_kits(paths: &[PathBuf], args: &[(String, String)]) -> Result<Kits, V
                     .errors()
                     .map(|d| format!("{}:{d} (after arg expansion)", shown(file))),
             ),
-            Err(errors) => problems.extend(
-                errors
-                    .iter()
-                    .map(|e| format!("{}: {}", shown(file), printable(&e.to_string()))),
-            ),
+            Err(errors) => problems.extend(errors.iter().map(|e| {
+                // At the arg's declaration, where the kit says what values it takes.
+                let at = loaded.root.as_ref().and_then(|r| e.declaration_at(r));
+                let place = at
+                    .filter(|(_, pos)| pos.is_known())
+                    .map_or_else(String::new, |(path, pos)| format!(":{pos}: {path}"));
+                format!("{}{place}: {}", shown(file), printable(&e.to_string()))
+            })),
         }
     }
     if problems.is_empty() {

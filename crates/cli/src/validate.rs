@@ -199,7 +199,17 @@ fn effective_problems(
         }
         Err(errors) => {
             for err in errors {
-                problems.push(problem(String::new(), None, None, err.to_string()));
+                // Where the arg is declared, for the line of a refused value.
+                let at = loaded.root.as_ref().and_then(|r| err.declaration_at(r));
+                let (path, pos) = at.map_or((String::new(), None), |(p, pos)| {
+                    (p.to_string(), pos.is_known().then_some(pos))
+                });
+                problems.push(problem(
+                    path,
+                    pos.map(|p| p.line),
+                    pos.map(|p| p.column),
+                    err.to_string(),
+                ));
             }
             false
         }

@@ -196,10 +196,26 @@ fn effective_form_is_judged_with_the_given_args() {
         "buildkitPort=http",
     ]);
     assert_eq!(out.status.code(), Some(1));
+    // At the line of the pattern that refused the value.
     assert!(
-        stdout(&out).contains("does not match its pattern"),
+        stdout(&out).contains(
+            "kit.yaml:15:14: args.buildkitPort.pattern: (effective) value `http` for arg `buildkitPort` does not match its pattern"
+        ),
         "{}",
         stdout(&out)
+    );
+    // And so for a command that composes the kit.
+    let out = capgate(&[
+        "resolve",
+        "examples/kits/builder",
+        "--arg",
+        "buildkitPort=http",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kit.yaml:15:14: args.buildkitPort.pattern: value `http`"),
+        "{stderr}"
     );
 }
 

@@ -76,6 +76,31 @@ pub enum ArgError {
     ExpansionTooLarge { path: String },
 }
 
+impl ArgError {
+    /// Where in the kit text (`root`, the loaded document) the declaration this error is
+    /// about lies, for an error about one declared arg: the field that refused the value
+    /// (`args.NAME.pattern`, `args.NAME.enum`) or the declaration itself. `None` for the
+    /// others (they name their own path, or no declaration).
+    pub fn declaration_at(&self, root: &Node) -> Option<(Path, crate::node::Pos)> {
+        let (name, field) = match self {
+            ArgError::NotInEnum { name, .. } => (name, Some("enum")),
+            ArgError::PatternMismatch { name, .. } | ArgError::BadPattern { name } => {
+                (name, Some("pattern"))
+            }
+            ArgError::Required { name }
+            | ArgError::NotLiteral { name }
+            | ArgError::AlreadyBaked { name } => (name, None),
+            _ => return None,
+        };
+        let decl = root.get("args")?.get(name)?;
+        let path = Path::root().key("args").key(name);
+        Some(match field.and_then(|f| Some((f, decl.get(f)?))) {
+            Some((f, node)) => (path.key(f), node.pos),
+            None => (path, decl.pos),
+        })
+    }
+}
+
 /// The most bytes args' values may add to a descriptor by substitution (each reference
 /// replaced by its value): a short kit cannot expand into gigabytes.
 pub const MAX_SUBSTITUTED: usize = 2 * 1024 * 1024;
