@@ -809,6 +809,46 @@ fn a_mixin_that_adds_places_or_programs_widens_the_composition() {
     );
 }
 
+/// A second filesystem@1 entry that states no `read` (allowed in a group: one entry per
+/// type holds per list) shows the workload the whole workspace, as composition merges the
+/// two; the gate counts it so. Found by a red-team pass: the lock kept the first entry's
+/// read list and passed the update. The twin, a second entry with the same read list, is
+/// no widening.
+#[test]
+fn a_second_filesystem_entry_without_a_read_list_is_a_widening() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("w")).unwrap();
+    std::fs::write(dir.join("w/kit.yaml"), PACK_WORKLOAD).unwrap();
+    let out = capgate(dir, &["lock", "w"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let second = |config: &str| {
+        format!(
+            "{PACK_WORKLOAD}  - group:\n      capabilities:\n        - type: dev.capgate/filesystem@1\n          config: {config}\n"
+        )
+    };
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        second("{write: [/home/agent/workspace/out], read: [/home/agent/workspace/src]}"),
+    )
+    .unwrap();
+    let (code, list) = widenings_of(dir, &["w"]);
+    assert_eq!((code, list.clone()), (Some(0), vec![]), "{list:?}");
+    std::fs::write(
+        dir.join("w/kit.yaml"),
+        second("{write: [/home/agent/workspace/out]}"),
+    )
+    .unwrap();
+    let (code, list) = widenings_of(dir, &["w"]);
+    assert_eq!(code, Some(4), "{list:?}");
+    assert!(
+        list.iter()
+            .any(|(_, category, detail)| category == "filesystem.read"
+                && detail == "the whole workspace (no list)"),
+        "{list:?}"
+    );
+}
+
 /// Restrictions moved into an optional group this runtime skips are no longer enforced
 /// (the tier, the write places, the read list, the programs): the gate compares the ones
 /// in force, so it stops the update.

@@ -103,8 +103,17 @@ pub fn surface_of(descriptor: &Descriptor) -> Surface {
 /// The surface of a list of entries (for example a merged or selected composition).
 pub fn surface_of_entries<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Surface {
     let mut surface = Surface::default();
+    // One filesystem@1 entry that states no `read` shows the whole workspace, whatever
+    // the others list: composition merges them so (a second entry, say in a group).
+    let mut reads_all = false;
     for entry in entries {
+        if let Some(Capability::Filesystem(f)) = &entry.capability {
+            reads_all |= f.read.is_none();
+        }
         surface.add(entry);
+    }
+    if reads_all {
+        surface.filesystem_read = None;
     }
     surface.normalize();
     surface
