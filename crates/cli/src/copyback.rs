@@ -581,6 +581,29 @@ pub fn unused_dir(parent: &Path, sandbox: &str) -> PathBuf {
     }))
 }
 
+/// What copy-back kept for `sandbox` beneath `parent` (the data directory's `copyback`):
+/// the diverted changes (`NAME`, `NAME-2`, …) and the changes it could not carry
+/// (`NAME.upper`, …), as [`unused_dir`] names them; sorted.
+pub fn kept_for(parent: &Path, sandbox: &str) -> Vec<PathBuf> {
+    let ours = |name: &str| {
+        let name = name.strip_suffix(".upper").unwrap_or(name);
+        name == sandbox
+            || name
+                .strip_prefix(sandbox)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut kept: Vec<PathBuf> = std::fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(ours))
+        .map(|e| e.path())
+        .collect();
+    kept.sort();
+    kept
+}
+
 /// One host git command in `workspace` on the temporary index `index`, its hooks and file
 /// system monitor off (the repository's config is the user's own: `.git` is never copied
 /// back), with a fixed identity.

@@ -8,6 +8,7 @@ use capgate_resolve::Plan;
 use capgate_spec::caps::Capability;
 use capgate_spec::caps::network::NetworkPolicy;
 use capgate_spec::caps::pack::Tier;
+use capgate_spec::text::printable;
 use serde::Serialize;
 
 use crate::kits::{self, read_kits};
@@ -390,5 +391,16 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         args.name,
         if n == 1 { "" } else { "s" }
     );
+    // The user's work, never removed with the sandbox: said, so it is not forgotten.
+    let kept = crate::copyback::kept_for(&crate::state::data_dir()?.join("copyback"), &args.name);
+    if !kept.is_empty() {
+        say!(
+            "capgate: what copy-back kept of `{}` stays, for you to review (remove it with `rm -r` when done):",
+            printable(&args.name)
+        );
+        for path in &kept {
+            say!("  {}", printable(&path.display().to_string()));
+        }
+    }
     Ok(exit::OK)
 }

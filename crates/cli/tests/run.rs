@@ -3378,6 +3378,19 @@ fn copy_back_never_writes_through_the_hosts_links() {
     );
     assert!(stderr.contains("refused pipe: a FIFO"), "{stderr}");
     assert!(!ws.join("pipe").exists());
+    // Removing the sandbox keeps the diverted changes, and says where they are; the twin,
+    // a name that only begins like this one, is not named.
+    std::fs::create_dir_all(env.path("home/copyback/cb30")).unwrap();
+    let o = env.capgate(&["rm", "cb3"], None);
+    let (_, stderr) = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("what copy-back kept of `cb3` stays"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("home/copyback/cb3\n"), "{stderr}");
+    assert!(!stderr.contains("cb30"), "{stderr}");
+    assert!(env.path("home/copyback/cb3/files/.envrc").exists());
     // --copy-back has nothing to carry with --mount.
     let o = env.capgate(&["run", "--copy-back", "--mount", "--", "true"], None);
     assert_eq!(o.status.code(), Some(1));
