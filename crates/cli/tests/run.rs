@@ -185,9 +185,22 @@ impl Env {
     }
 
     fn run_kit(&self, name: &str, yaml: &str, cmd: &[&str]) -> (Option<i32>, String, String) {
+        self.run_kit_with(name, yaml, &[], cmd)
+    }
+
+    /// [`Env::run_kit`] with more options for `capgate run` (`flags`, before the kit).
+    fn run_kit_with(
+        &self,
+        name: &str,
+        yaml: &str,
+        flags: &[&str],
+        cmd: &[&str],
+    ) -> (Option<i32>, String, String) {
         self.write_kit(name, yaml);
         let kit = self.path(name).display().to_string();
-        let mut args = vec!["run", "--kit", kit.as_str(), "--"];
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--kit", kit.as_str(), "--"]);
         args.extend_from_slice(cmd);
         let o = self.capgate(&args, None);
         let (stdout, stderr) = out(&o);
@@ -2621,9 +2634,13 @@ except OSError as e:
         assert_eq!(p.get(k).map(String::as_str), Some("ran"), "{k}: {stdout}");
     }
 
-    // A command that is not on the list cannot start.
+    // A command that is not on the list cannot start, and the refusal is recorded.
     let (code, _, stderr) = env.run_kit("pack", pack, &["sh", "-c", "true"]);
     assert_eq!(code, Some(126), "{stderr}");
+    assert!(
+        stderr.contains("1 exec was refused") && stderr.contains(": exec_not_granted"),
+        "{stderr}"
+    );
 
     // A listed program where the workload can write (it could replace it, or change the
     // interpreter its `#!` line names) is refused before anything starts.
@@ -2637,6 +2654,67 @@ except OSError as e:
         stderr.contains("ws-tool/kit.yaml:5:40: error[exec-in-writable-place]: capabilities[0].config.allow[1]: `/home/agent/workspace/tool` is beneath `/home/agent`, which the workload can write"),
         "{stderr}"
     );
+}
+
+/// The dynamic loader Landlock grants with a listed program runs any readable program,
+/// so it is refused however the workload names it: through `/proc/self/root`, a
+/// descriptor (`/dev/fd/N`, `/proc/self/fd/N`), another process's root, and as the
+/// command itself (which the notifications cannot read: the init judges it before the
+/// start). Each is recorded. The twin: the listed interpreter run again through
+/// `/proc/self/exe`, which leads to it, runs. (Red-team finding: all four names ran.)
+#[test]
+fn the_loader_is_refused_however_it_is_named() {
+    let env = setup();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3]}\n";
+    let probe = r#"
+import errno, glob, os, subprocess
+loader = sorted(glob.glob("/lib64/ld-linux*") + glob.glob("/lib/ld-linux*"))[0]
+fd = os.open(loader, os.O_RDONLY)
+names = {
+    "root": "/proc/self/root" + loader,
+    "devfd": "/dev/fd/%d" % fd,
+    "procfd": "/proc/self/fd/%d" % fd,
+    "pid": "/proc/%d/root%s" % (os.getpid(), loader),
+}
+for key, path in names.items():
+    try:
+        rc = subprocess.run([path, "/usr/bin/id"], pass_fds=[fd], capture_output=True).returncode
+        print(key + "=" + ("ran" if rc == 0 else "refused"))
+    except OSError as e:
+        print(key + "=" + errno.errorcode[e.errno])
+rc = subprocess.run(["/proc/self/exe", "-c", "pass"]).returncode
+print("self-exe=" + ("ran" if rc == 0 else "refused"))
+"#;
+    std::fs::write(env.path("ws/probe.py"), probe).unwrap();
+    let (code, stdout, stderr) = env.run_kit_with(
+        "pack",
+        pack,
+        &["--fail-on-violation"],
+        &["python3", "probe.py"],
+    );
+    assert_eq!(code, Some(3), "{stdout}\n{stderr}");
+    let p = probes(&stdout);
+    let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
+    for name in ["root", "devfd", "procfd", "pid"] {
+        expect(name, "EACCES");
+    }
+    expect("self-exe", "ran");
+    assert!(stderr.contains("4 execs were refused"), "{stderr}");
+
+    // The loader as the command: it does not start, and it is recorded.
+    let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|l| Path::new(l).exists())
+        .expect("a dynamic loader");
+    let (code, stdout, stderr) = env.run_kit(
+        "pack",
+        pack,
+        &[loader, "/usr/bin/python3", "-c", "print('RAN')"],
+    );
+    assert_eq!(code, Some(126), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(stderr.contains("is a dynamic loader"), "{stderr}");
+    assert!(stderr.contains("1 exec was refused"), "{stderr}");
 }
 
 /// A program a pack's exec allowlist refuses is a capability violation like a refused

@@ -140,21 +140,55 @@ impl ExecWatch {
             return None;
         }
         let (resolved, id) = resolve(&proc_dir, dirfd, &name, flags).ok()?;
+        Some(self.classify(&name, resolved, id))
+    }
+
+    /// What an exec of the file `resolved` (device and inode `id`), named `name`, is.
+    fn classify(&self, name: &[u8], resolved: PathBuf, id: (u64, u64)) -> Judged {
         let refusal = || ExecRefusal {
-            program: String::from_utf8_lossy(&name).into_owned(),
+            program: String::from_utf8_lossy(name).into_owned(),
             resolved: resolved.to_string_lossy().into_owned(),
             at_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
         };
-        Some(if self.loaders.contains(&id) {
+        if self.loaders.contains(&id) {
             Judged::Refuse(refusal())
         } else if is_granted(&resolved, &self.granted) || self.granted_files.contains(&id) {
             Judged::Pass
         } else {
             Judged::Report(refusal())
-        })
+        }
+    }
+
+    /// Judges a command's own first exec, which the init starts and the notifications do
+    /// not show (the process is not dumpable yet): `program` as the init will run it (the
+    /// first of the candidates that is a file, in the init's view, which is the
+    /// sandbox's). `Err` with the refusal for a dynamic loader (the command must not
+    /// start), `Ok(Some)` for a file the list does not grant (Landlock refuses it; to be
+    /// reported), `Ok(None)` otherwise.
+    pub(crate) fn judge_first(
+        &self,
+        candidates: &[PathBuf],
+    ) -> Result<Option<ExecRefusal>, ExecRefusal> {
+        use std::os::unix::fs::MetadataExt as _;
+        let Some((name, meta)) = candidates
+            .iter()
+            .find_map(|c| Some((c, std::fs::metadata(c).ok().filter(|m| m.is_file())?)))
+        else {
+            return Ok(None);
+        };
+        let resolved = std::fs::canonicalize(name).unwrap_or_else(|_| name.clone());
+        match self.classify(
+            name.as_os_str().as_bytes(),
+            resolved,
+            (meta.dev(), meta.ino()),
+        ) {
+            Judged::Pass => Ok(None),
+            Judged::Report(refusal) => Ok(Some(refusal)),
+            Judged::Refuse(refusal) => Err(refusal),
+        }
     }
 }
 
@@ -243,7 +277,12 @@ fn resolve(
         } else {
             open_in(proc_dir, &format!("fd/{dirfd}"), OFlags::PATH)?
         };
-        walk(&root, base, name, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?
+        walk(
+            (&root, proc_dir),
+            base,
+            name,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        )?
     };
     if is_proc(&file)? {
         return Err(not_judged());
@@ -265,8 +304,14 @@ fn is_proc(fd: &OwnedFd) -> io::Result<bool> {
 }
 
 /// Opens `name` (`O_PATH`) beneath `base`, `/` being `root`, following links itself (the
-/// last one only if `follow_last`), never through procfs.
-fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Result<OwnedFd> {
+/// last one only if `follow_last`). Into procfs only through the links to a process's
+/// files (see [`through_proc`]), `self` being the process of `proc_dir`.
+fn walk(
+    (root, proc_dir): (&OwnedFd, &OwnedFd),
+    base: OwnedFd,
+    name: &[u8],
+    follow_last: bool,
+) -> io::Result<OwnedFd> {
     // A directory's filesystem is looked at (`fstatfs`) only where the device changes.
     let device = |fd: &OwnedFd| -> io::Result<u64> {
         if is_proc(fd)? {
@@ -293,10 +338,16 @@ fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Re
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let stat = rustix::fs::fstat(&next)?;
-        if stat.st_dev != cur_dev && is_proc(&next)? {
-            return Err(io::Error::from(io::ErrorKind::Unsupported));
-        }
+        let mut stat = rustix::fs::fstat(&next)?;
+        let next = if stat.st_dev != cur_dev && is_proc(&next)? {
+            // The exec is judged as the kernel runs it: through `/proc/self/root/…`,
+            // `/proc/self/fd/N`, `/dev/fd/N` as the file they lead to.
+            let file = through_proc(proc_dir, &mut todo)?;
+            stat = rustix::fs::fstat(&file)?;
+            file
+        } else {
+            next
+        };
         let is_link =
             rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink;
         if is_link && (follow_last || !todo.is_empty()) {
@@ -316,6 +367,58 @@ fn walk(root: &OwnedFd, base: OwnedFd, name: &[u8], follow_last: bool) -> io::Re
         (cur, cur_dev) = (next, stat.st_dev);
     }
     Ok(cur)
+}
+
+/// Follows, from procfs's root, the next components of a name (taken from `todo`) to
+/// the file they lead to: `self`, `thread-self` or a process id, then `root`, `cwd`,
+/// `exe` or `fd/N`, the process's own links, which the kernel follows to the file (as the
+/// init opens them here: `self` is the process of `proc_dir`, not the init). Anything
+/// else in procfs is not judged.
+fn through_proc(
+    proc_dir: &OwnedFd,
+    todo: &mut std::collections::VecDeque<Vec<u8>>,
+) -> io::Result<OwnedFd> {
+    let unsupported = || io::Error::from(io::ErrorKind::Unsupported);
+    let mut next = || loop {
+        match todo.pop_front() {
+            Some(part) if part.is_empty() || part == b"." => {}
+            other => return other,
+        }
+    };
+    let process = next().ok_or_else(unsupported)?;
+    let other;
+    let dir = match process.as_slice() {
+        b"self" | b"thread-self" => proc_dir,
+        digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
+            // The init's /proc is the sandbox's: the same process ids.
+            let path = format!("/proc/{}", String::from_utf8_lossy(digits));
+            other = rustix::fs::open(
+                path.as_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            &other
+        }
+        _ => return Err(unsupported()),
+    };
+    let link = match next().ok_or_else(unsupported)?.as_slice() {
+        b"root" => "root".to_owned(),
+        b"cwd" => "cwd".to_owned(),
+        b"exe" => "exe".to_owned(),
+        b"fd" => {
+            let n = next().ok_or_else(unsupported)?;
+            if n.is_empty() || !n.iter().all(u8::is_ascii_digit) {
+                return Err(unsupported());
+            }
+            format!("fd/{}", String::from_utf8_lossy(&n))
+        }
+        _ => return Err(unsupported()),
+    };
+    let file = open_in(dir, &link, OFlags::PATH)?;
+    if is_proc(&file)? {
+        return Err(unsupported());
+    }
+    Ok(file)
 }
 
 /// The components of a name (empty ones and `.` included; the walk skips them).

@@ -891,6 +891,33 @@ fn spawn(
         .and_then(|t| t.stdio.iter().position(|&is| is))
         .and_then(|i| i32::try_from(i).ok());
     let effects = plan::command_effects(&cmd.argv, &env, cmd.user, &cmd.cwd, raw, terminal);
+    // Under an exec allowlist the command's own first exec is judged here, as the init
+    // will run it: the notifications cannot read it (see `execwatch`). A dynamic loader
+    // does not start (it would run any program); a file the list does not grant is
+    // reported (Landlock refuses it).
+    if let Some(w) = &init.exec_watch {
+        let program = cmd.argv.first().map(String::as_str).unwrap_or_default();
+        let candidates: Vec<PathBuf> = plan::exec_candidates(program, &env)
+            .into_iter()
+            .map(|c| cmd.cwd.join(c))
+            .collect();
+        let refused = match w.judge_first(&candidates) {
+            Ok(None) => None,
+            Ok(Some(refusal)) => Some((refusal, false)),
+            Err(refusal) => Some((refusal, true)),
+        };
+        if let Some((refusal, stop)) = refused {
+            let what = refusal.resolved.clone();
+            if proto::send(ctl, &Reply::ExecRefused(refusal), &[]).is_err() {
+                sys::exit_immediately(0);
+            }
+            if stop {
+                return Err(format!(
+                    "exec: {what} is a dynamic loader, which runs any program: the exec allowlist does not grant it"
+                ));
+            }
+        }
+    }
     let (mut err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map(|(r, w)| (std::fs::File::from(r), std::fs::File::from(w)))
         .map_err(|e| format!("pipe: {e}"))?;
