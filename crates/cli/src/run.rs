@@ -623,13 +623,22 @@ fn run_provisioned(
         return Ok(125);
     }
     // A read-only tier rules out changing the host's files: --mount would let the workload
-    // write them, --copy-back would apply its changes (as a host mount is refused).
-    if (args.mount || args.copy_back)
+    // write them, --copy-back would apply its changes, --skills readwrite would let it write
+    // the host's skills store (as a host mount is refused).
+    let writes_host = if args.mount {
+        Some("--mount")
+    } else if args.copy_back {
+        Some("--copy-back")
+    } else if args.skills == crate::skills::Sharing::Readwrite {
+        Some("--skills readwrite")
+    } else {
+        None
+    };
+    if let Some(flag) = writes_host
         && crate::sandbox::determinism_tier(plan) == Some(capgate_spec::caps::pack::Tier::ReadOnly)
     {
         say!(
-            "capgate: the sandbox could not start: the composition's tier is `read-only` (dev.capgate/determinism@1), and {} would let the workload change the host's files; run without it (the workspace is then a copy, discarded at the end)",
-            if args.mount { "--mount" } else { "--copy-back" }
+            "capgate: the sandbox could not start: the composition's tier is `read-only` (dev.capgate/determinism@1), and {flag} would let the workload change the host's files; run without it"
         );
         return Ok(125);
     }

@@ -2157,28 +2157,26 @@ except e.HTTPError as err:
     assert_eq!(paths(&plain_seen), ["GET /read"]);
     assert_eq!(paths(&api_seen), ["GET /read"]);
 
-    // Nor may it change the host's files through the workspace: --mount and --copy-back
-    // are refused before anything runs, and the host's file stays as it was.
+    // Nor may it change the host's files through the workspace or the skills store:
+    // --mount, --copy-back and --skills readwrite are refused before anything runs, and
+    // the host's file stays as it was. (--skills readwrite: a red-team finding, it let a
+    // read-only pack write the host's skills store.)
     std::fs::write(env.path("ws/data.txt"), "original\n").unwrap();
     let kit = env.path("pack").display().to_string();
-    for flag in ["--mount", "--copy-back"] {
-        let o = env.capgate(
-            &[
-                "run",
-                flag,
-                "--kit",
-                &kit,
-                "--",
-                "sh",
-                "-c",
-                "echo CHANGED > data.txt",
-            ],
-            None,
-        );
+    for flags in [
+        &["--mount"][..],
+        &["--copy-back"],
+        &["--skills", "readwrite"],
+    ] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--kit", &kit, "--", "sh", "-c", "echo CHANGED > data.txt"]);
+        let o = env.capgate(&args, None);
         let (stdout, stderr) = out(&o);
+        let flag = flags.join(" ");
         assert_eq!(o.status.code(), Some(125), "{flag}: {stdout}{stderr}");
         assert!(
-            stderr.contains("tier is `read-only`") && stderr.contains(flag),
+            stderr.contains("tier is `read-only`") && stderr.contains(&flag),
             "{stderr}"
         );
         assert_eq!(
