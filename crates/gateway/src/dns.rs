@@ -16,7 +16,8 @@ const CLASS_IN: u16 = 1;
 const RCODE_FORMERR: u8 = 1;
 const RCODE_NXDOMAIN: u8 = 3;
 const RCODE_NOTIMP: u8 = 4;
-/// The ports a name is asked about: a name the policy allows on any of them resolves.
+/// The ports a name is asked about, besides those the rules name: a name the policy
+/// allows on any of them resolves.
 const PROBE_PORTS: [u16; 3] = [443, 80, 22];
 
 /// One question of a query.
@@ -134,8 +135,11 @@ impl Gateway {
         let Some(target) = crate::proxy::target_of(&q.name) else {
             return Some(response(query, &q, RCODE_NXDOMAIN, &[]));
         };
+        // The usual ports, and every port a rule names (an egress triple's, a
+        // `host:PORT` allow): a name allowed only on its own port resolves too.
+        let named = self.policy_ports();
         let allowed = matches!(target, Target::Host(_))
-            && PROBE_PORTS.iter().any(|&p| {
+            && PROBE_PORTS.iter().chain(named.iter()).any(|&p| {
                 // A name resolves when anything over TCP to it could be allowed.
                 [Protocol::Tcp, Protocol::Https, Protocol::Http]
                     .into_iter()

@@ -379,6 +379,15 @@ impl Gateway {
         self.decide(target, port, carried, None)
     }
 
+    /// Every port the rules in force name in an allow (see `Matcher::allowed_ports`).
+    pub(crate) fn policy_ports(&self) -> Vec<u16> {
+        self.cfg()
+            .policy
+            .current()
+            .map(|m| m.allowed_ports().to_vec())
+            .unwrap_or_default()
+    }
+
     pub(crate) async fn vet_address(
         &self,
         host: &str,

@@ -445,6 +445,8 @@ pub struct Matcher {
     sandboxes: Map<Box<str>, Index>,
     /// Address ranges user allow rules name explicitly (see [`Matcher::openings`]).
     openings: Vec<Opening>,
+    /// The ports allow rules name (`host:PORT`), sorted (see [`Matcher::allowed_ports`]).
+    allow_ports: Vec<u16>,
 }
 
 /// An IP or CIDR an active user allow rule names: the one way past the gateway's guard
@@ -473,6 +475,7 @@ impl Matcher {
             global: Index::default(),
             sandboxes: Map::default(),
             openings: Vec::new(),
+            allow_ports: Vec::new(),
         };
         let mut problems = Vec::new();
         for rule in rules {
@@ -567,6 +570,9 @@ impl Matcher {
                 Scope::Sandbox(name) => matcher.sandboxes.entry(name.as_str().into()).or_default(),
             };
             for pattern in &patterns {
+                if let (Decision::Allow, PortSpec::Exact(port)) = (rule.decision, pattern.port) {
+                    matcher.allow_ports.push(port);
+                }
                 index.insert(
                     pattern,
                     Entry {
@@ -586,6 +592,8 @@ impl Matcher {
                 paths,
             });
         }
+        matcher.allow_ports.sort_unstable();
+        matcher.allow_ports.dedup();
         matcher.global.shrink();
         for index in matcher.sandboxes.values_mut() {
             index.shrink();
@@ -609,6 +617,13 @@ impl Matcher {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// Every port an allow rule names explicitly (`api.example.com:8443`, an egress
+    /// triple's port), of any scope: the ports worth asking about a host that may be
+    /// allowed on a port of its own (the DNS responder's question).
+    pub fn allowed_ports(&self) -> &[u16] {
+        &self.allow_ports
     }
 
     /// How many rules were compiled (active, and not left out as malformed).
