@@ -23,6 +23,9 @@ const REP_NOT_ALLOWED: u8 = 2;
 const REP_HOST_UNREACHABLE: u8 = 4;
 const REP_CMD_UNSUPPORTED: u8 = 7;
 const REP_ATYP_UNSUPPORTED: u8 = 8;
+/// The host a refusal of a request's shape is recorded under (it named none, or none
+/// capgate could read).
+const SHAPE_HOST: &str = "(socks)";
 
 impl Gateway {
     /// Accepts SOCKS5 connections for as long as it runs.
@@ -55,12 +58,19 @@ impl Gateway {
             },
         };
         let wait = self.head_timeout();
+        // A request that does not come in time, or that asks what capgate does not do
+        // (BIND, UDP ASSOCIATE, SOCKS4, only password authentication), is refused and
+        // recorded, under the host `(socks)`: no host was asked for.
         let Ok(request) = timeout(wait, read_request(&mut client)).await else {
+            self.audit_simple(SHAPE_HOST, 0, Decision::Deny, Reason::LimitExceeded);
             return Ok(());
         };
         let (host, port) = match request? {
             Ok(hp) => hp,
-            Err(code) => return reply(&mut client, code).await,
+            Err(code) => {
+                self.audit_simple(SHAPE_HOST, 0, Decision::Deny, Reason::MalformedRequest);
+                return reply(&mut client, code).await;
+            }
         };
         let Some(_permit) = permit else {
             let v = Verdict::refused(

@@ -2306,6 +2306,36 @@ async fn an_upstream_that_says_goaway_sends_the_client_to_a_new_connection() {
     assert_eq!(answer.await.unwrap().status(), 200);
 }
 
+/// A name allowed only on a port of its own (an egress triple `host:18500/tcp`, a
+/// `host:PORT` allow) resolves: a client that resolves before it connects must be able to
+/// use that grant. (Red-team finding: only names allowed on 443, 80 or 22 resolved, and the
+/// lookup was recorded as a refusal.) The twins: the same name without that rule (allowed
+/// in the install phase only) and an unlisted name do not resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_allowed_only_on_its_own_port_resolves() {
+    for own_port in [true, false] {
+        let extra = if own_port {
+            vec![rule(
+                "own-port",
+                Decision::Allow,
+                &["install.test:18500"],
+                None,
+                None,
+            )]
+        } else {
+            Vec::new()
+        };
+        let h = harness_full(false, false, Limits::default(), extra).await;
+        let dns = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let dns_addr = dns.local_addr().unwrap();
+        let gw = h.gw.clone();
+        tokio::spawn(async move { gw.serve_dns(dns).await });
+        let expected = if own_port { 0 } else { 3 };
+        assert_eq!(dns_rcode(dns_addr, "install.test").await, expected);
+        assert_eq!(dns_rcode(dns_addr, "unlisted.test").await, 3);
+    }
+}
+
 /// A DNS query for `name` (A, recursion desired); returns the response's RCODE.
 async fn dns_rcode(server: SocketAddr, name: &str) -> u8 {
     dns_rcode_of(server, name, 1).await
@@ -2791,6 +2821,46 @@ async fn a_socks_name_that_is_no_host_is_recorded_spelled_out() {
     assert_eq!(code, 2, "REP_NOT_ALLOWED");
     let hosts: Vec<String> = recorded(&h).into_iter().map(|e| e.host).collect();
     assert_eq!(hosts, [r"\u{1b}[2J\u{1b}[Hall allowed\r\n"]);
+}
+
+/// A SOCKS request capgate does not carry (BIND, UDP ASSOCIATE, only password
+/// authentication offered) is refused, and recorded: a workload's attempt at another way
+/// out is a violation like a refused host. (Red-team finding: nothing was recorded.) The
+/// twin: a CONNECT to an allowed host is recorded as allowed, not as malformed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks_requests_of_another_shape_are_refused_and_recorded() {
+    let h = harness(false).await;
+    let malformed = |h: &Harness| {
+        recorded(h)
+            .into_iter()
+            .filter(|e| e.host == "(socks)" && e.reason == Reason::MalformedRequest)
+            .count()
+    };
+    // BIND (command 2), then UDP ASSOCIATE (command 3).
+    for command in [2u8, 3] {
+        let mut s = TcpStream::connect(h.socks).await.unwrap();
+        s.write_all(&[5, 1, 0]).await.unwrap();
+        let mut choice = [0u8; 2];
+        s.read_exact(&mut choice).await.unwrap();
+        s.write_all(&[5, command, 0, 1, 127, 0, 0, 1, 0, 80])
+            .await
+            .unwrap();
+        let mut answer = [0u8; 10];
+        s.read_exact(&mut answer).await.unwrap();
+        assert_eq!(answer[1], 7, "command not supported");
+    }
+    // Only username/password authentication offered: no method is acceptable.
+    let mut s = TcpStream::connect(h.socks).await.unwrap();
+    s.write_all(&[5, 1, 2]).await.unwrap();
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).await.unwrap();
+    assert_eq!(choice, [5, 0xff]);
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    assert_eq!(malformed(&h), 3);
+    let (code, _s) = socks_connect(&h, b"plain.test", h.ports["plain.test"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(malformed(&h), 3);
 }
 
 /// An IP a user's allow rule names opens the address guard only while that rule holds:
