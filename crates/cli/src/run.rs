@@ -1194,7 +1194,7 @@ fn write_git_identity(sandbox: &mut Sandbox, id: &crate::identity::GitIdentity) 
         crate::identity::quoted(&id.name),
         crate::identity::quoted(&id.email),
     );
-    let cmd = RunCommand::agent([
+    let mut cmd = RunCommand::agent([
         "/bin/sh",
         "-c",
         crate::identity::SCRIPT,
@@ -1204,6 +1204,7 @@ fn write_git_identity(sandbox: &mut Sandbox, id: &crate::identity::GitIdentity) 
         &name,
         &email,
     ]);
+    cmd.capgate_own = true;
     let status = sandbox.run(&cmd)?;
     if !status.success() {
         bail!("the write inside exited with {}", status_code(status));
@@ -1234,6 +1235,7 @@ fn write_inside(sandbox: &mut Sandbox, script: &str, args: &[&str], content: &st
     argv.extend_from_slice(args);
     let mut cmd = RunCommand::agent(argv);
     cmd.stdin = Some(read.into());
+    cmd.capgate_own = true;
     let content = content.as_bytes().to_vec();
     // The reader may stop early (a file kept); its end of the pipe closing ends the writer.
     let writer = std::thread::spawn(move || {
@@ -1245,7 +1247,11 @@ fn write_inside(sandbox: &mut Sandbox, script: &str, args: &[&str], content: &st
     // failed mkdir) must not leave the writer blocked on a full pipe.
     drop(cmd);
     let _ = writer.join();
-    let status = status?;
+    let status = status.map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (capgate writes it as the agent with /bin/sh, mkdir, cat, chmod and dirname: under an exec allowlist, dev.capgate/exec@1 must list them)"
+        )
+    })?;
     if !status.success() {
         bail!("the write inside exited with {}", status_code(status));
     }

@@ -2654,6 +2654,27 @@ except OSError as e:
     );
 }
 
+/// capgate's own writes inside (a lifecycle file) are not the pack's execs: under an exec
+/// allowlist that does not list the shell they run with, the run stops saying what the
+/// list would need, and nothing is recorded against the pack (it is not flagged).
+#[test]
+fn capgates_own_writes_are_not_the_packs_violations() {
+    let env = setup();
+    let pack = "schemaVersion: \"3\"\nkind: workload\ncapabilities:\n  - type: dev.capgate/exec@1\n    config: {allow: [/usr/bin/python3]}\n  - type: com.docker.sandbox/lifecycle@1\n    config:\n      files:\n        - {path: /home/agent/notes.txt, content: hello}\n";
+    let (code, stdout, stderr) = env.run_kit("pack", pack, &["python3", "-c", "print('RAN')"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(
+        stderr.contains("lifecycle file `/home/agent/notes.txt` could not be written")
+            && stderr.contains("dev.capgate/exec@1 must list them"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("refused"), "{stderr}");
+    // Run again: no earlier refusal flags this version of the kit.
+    let (_, _, stderr) = env.run_kit("pack", pack, &["python3", "-c", "print('RAN')"]);
+    assert!(!stderr.contains("stays flagged"), "{stderr}");
+}
+
 /// The dynamic loader Landlock grants with a listed program runs any readable program,
 /// so it is refused however the workload names it: through `/proc/self/root`, a
 /// descriptor (`/dev/fd/N`, `/proc/self/fd/N`), another process's root, and as the

@@ -895,7 +895,7 @@ fn spawn(
     // will run it: the notifications cannot read it (see `execwatch`). A dynamic loader
     // does not start (it would run any program); a file the list does not grant is
     // reported (Landlock refuses it).
-    if let Some(w) = &init.exec_watch {
+    if let Some(w) = init.exec_watch.as_ref().filter(|_| !cmd.own) {
         let program = cmd.argv.first().map(String::as_str).unwrap_or_default();
         let candidates: Vec<PathBuf> = plan::exec_candidates(program, &env)
             .into_iter()

@@ -443,6 +443,7 @@ impl Sandbox {
                 rows,
                 cols,
             }),
+            own: cmd.capgate_own,
         };
         // Where the pty's output goes: the caller's stdout if a terminal, else its stderr,
         // else (interactive, stdout a file) the terminal of its stdin.

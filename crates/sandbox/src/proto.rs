@@ -50,6 +50,8 @@ pub(crate) struct WireCommand {
     /// The caller's stdio that is a terminal is replaced by a terminal of the sandbox's own
     /// (never handed in); its descriptors are not attached.
     pub terminal: Option<WireTerminal>,
+    /// capgate's own command (see `RunCommand::capgate_own`).
+    pub own: bool,
 }
 
 /// A pseudo-terminal the init opens in the sandbox's own `devpts` for a command, in place

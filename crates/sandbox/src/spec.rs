@@ -273,6 +273,10 @@ pub struct RunCommand {
     /// stderr that is a terminal becomes a pty of the sandbox's own whose output capgate
     /// copies: the caller's terminal itself is never handed over.
     pub interactive: bool,
+    /// capgate's own command (a file it writes inside as the agent), not the workload's:
+    /// under an exec allowlist its own exec is not the pack's to answer for, so it is not
+    /// judged as a violation.
+    pub capgate_own: bool,
 }
 
 impl RunCommand {
@@ -291,6 +295,7 @@ impl RunCommand {
             stdout: None,
             stderr: None,
             interactive: false,
+            capgate_own: false,
         }
     }
 }
