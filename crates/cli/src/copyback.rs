@@ -583,10 +583,14 @@ pub fn unused_dir(parent: &Path, sandbox: &str) -> PathBuf {
 
 /// What copy-back kept for `sandbox` beneath `parent` (the data directory's `copyback`):
 /// the diverted changes (`NAME`, `NAME-2`, …) and the changes it could not carry
-/// (`NAME.upper`, …), as [`unused_dir`] names them; sorted.
-pub fn kept_for(parent: &Path, sandbox: &str) -> Vec<PathBuf> {
+/// (`NAME.upper`, …), as [`unused_dir`] names them; sorted. A name that is also one of
+/// `others` (sandboxes that exist: `NAME-2` may be one) is theirs, not this one's.
+pub fn kept_for(parent: &Path, sandbox: &str, others: &[String]) -> Vec<PathBuf> {
     let ours = |name: &str| {
         let name = name.strip_suffix(".upper").unwrap_or(name);
+        if others.iter().any(|o| o == name) {
+            return false;
+        }
         name == sandbox
             || name
                 .strip_prefix(sandbox)
@@ -847,4 +851,37 @@ fn save_in_folder(upper: &copyback::Upper, dir: &Path, changes: &[&Change]) -> R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    /// What copy-back kept for a sandbox: its own directories only, not those of a
+    /// sandbox whose name begins like its own (`foo-2`, `foo2`), nor one that exists
+    /// under a name the numbering could have made (`foo-3`).
+    #[test]
+    fn kept_for_names_a_sandboxs_own_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        for d in [
+            "foo",
+            "foo-2",
+            "foo.upper",
+            "foo-3",
+            "foo2",
+            "foobar.upper",
+            "bar",
+        ] {
+            std::fs::create_dir(tmp.path().join(d)).unwrap();
+        }
+        let names = |others: &[String]| -> Vec<String> {
+            kept_for(tmp.path(), "foo", others)
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(names(&[]), ["foo", "foo-2", "foo-3", "foo.upper"]);
+        assert_eq!(names(&["foo-3".to_owned()]), ["foo", "foo-2", "foo.upper"]);
+    }
 }

@@ -392,7 +392,12 @@ pub fn rm(args: &RmArgs) -> Result<u8> {
         if n == 1 { "" } else { "s" }
     );
     // The user's work, never removed with the sandbox: said, so it is not forgotten.
-    let kept = crate::copyback::kept_for(&crate::state::data_dir()?.join("copyback"), &args.name);
+    let others: Vec<String> = store.sandboxes()?.into_iter().map(|s| s.name).collect();
+    let kept = crate::copyback::kept_for(
+        &crate::state::data_dir()?.join("copyback"),
+        &args.name,
+        &others,
+    );
     if !kept.is_empty() {
         say!(
             "capgate: what copy-back kept of `{}` stays, for you to review (remove it with `rm -r` when done):",

@@ -2679,7 +2679,8 @@ fn capgates_own_writes_are_not_the_packs_violations() {
 /// so it is refused however the workload names it: through `/proc/self/root`, a
 /// descriptor (`/dev/fd/N`, `/proc/self/fd/N`), another process's root, and as the
 /// command itself (which the notifications cannot read: the init judges it before the
-/// start). Each is recorded. The twin: the listed interpreter run again through
+/// start); a name through procfs the watch cannot follow (`..`, `task/TID`, a start in
+/// `/proc`) is refused rather than passed. Each is recorded. The twin: the listed interpreter run again through
 /// `/proc/self/exe`, which leads to it, runs. (Red-team finding: all four names ran.)
 #[test]
 fn the_loader_is_refused_however_it_is_named() {
@@ -2694,10 +2695,14 @@ names = {
     "devfd": "/dev/fd/%d" % fd,
     "procfd": "/proc/self/fd/%d" % fd,
     "pid": "/proc/%d/root%s" % (os.getpid(), loader),
+    "dotdot": "/proc/self/../self/root" + loader,
+    "task": "/proc/self/task/%d/root%s" % (os.getpid(), loader),
+    "cwdproc": "self/root" + loader,
 }
 for key, path in names.items():
     try:
-        rc = subprocess.run([path, "/usr/bin/id"], pass_fds=[fd], capture_output=True).returncode
+        cwd = "/proc" if key == "cwdproc" else None
+        rc = subprocess.run([path, "/usr/bin/id"], pass_fds=[fd], cwd=cwd, capture_output=True).returncode
         print(key + "=" + ("ran" if rc == 0 else "refused"))
     except OSError as e:
         print(key + "=" + errno.errorcode[e.errno])
@@ -2714,11 +2719,13 @@ print("self-exe=" + ("ran" if rc == 0 else "refused"))
     assert_eq!(code, Some(3), "{stdout}\n{stderr}");
     let p = probes(&stdout);
     let expect = |k: &str, v: &str| expect_probe(&p, (&stdout, &stderr), k, v);
-    for name in ["root", "devfd", "procfd", "pid"] {
+    for name in [
+        "root", "devfd", "procfd", "pid", "dotdot", "task", "cwdproc",
+    ] {
         expect(name, "EACCES");
     }
     expect("self-exe", "ran");
-    assert!(stderr.contains("4 execs were refused"), "{stderr}");
+    assert!(stderr.contains("7 execs were refused"), "{stderr}");
 
     // The loader as the command: it does not start, and it is recorded.
     let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]

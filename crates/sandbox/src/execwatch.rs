@@ -139,19 +139,26 @@ impl ExecWatch {
         if name.last() == Some(&b'/') {
             return None;
         }
-        let (resolved, id) = resolve(&proc_dir, dirfd, &name, flags).ok()?;
-        Some(self.classify(&name, resolved, id))
+        match resolve(&proc_dir, dirfd, &name, flags) {
+            Ok((resolved, id)) => Some(self.classify(&name, resolved, id)),
+            // Through procfs where the walk cannot follow the kernel (`..`, `task/TID`, a
+            // directory in procfs as the start): it could lead to the loader, so it is
+            // refused rather than passed unjudged.
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                let shown = String::from_utf8_lossy(&name).into_owned();
+                Some(Judged::Refuse(refusal_of(shown.clone(), shown)))
+            }
+            Err(_) => None,
+        }
     }
 
     /// What an exec of the file `resolved` (device and inode `id`), named `name`, is.
     fn classify(&self, name: &[u8], resolved: PathBuf, id: (u64, u64)) -> Judged {
-        let refusal = || ExecRefusal {
-            program: String::from_utf8_lossy(name).into_owned(),
-            resolved: resolved.to_string_lossy().into_owned(),
-            at_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                .unwrap_or(0),
+        let refusal = || {
+            refusal_of(
+                String::from_utf8_lossy(name).into_owned(),
+                resolved.to_string_lossy().into_owned(),
+            )
         };
         if self.loaders.contains(&id) {
             Judged::Refuse(refusal())
@@ -162,33 +169,54 @@ impl ExecWatch {
         }
     }
 
-    /// Judges a command's own first exec, which the init starts and the notifications do
-    /// not show (the process is not dumpable yet): `program` as the init will run it (the
-    /// first of the candidates that is a file, in the init's view, which is the
-    /// sandbox's). `Err` with the refusal for a dynamic loader (the command must not
-    /// start), `Ok(Some)` for a file the list does not grant (Landlock refuses it; to be
-    /// reported), `Ok(None)` otherwise.
+    /// Judges a command's own first exec, which the init starts and the notifications
+    /// cannot read when the command runs as another user (it is not dumpable yet): the
+    /// program as the init will run it, in the init's view (the sandbox's), with the
+    /// rights it reads commands with. The candidates are taken in order as `execvp`
+    /// does: each that is a file is tried until one is granted. `Err` with the refusal
+    /// when one tried is a dynamic loader (the command must not start); `Ok(Some)` with
+    /// the first tried that the list does not grant, when `report` (Landlock refuses it),
+    /// `Ok(None)` otherwise.
     pub(crate) fn judge_first(
         &self,
         candidates: &[PathBuf],
+        report: bool,
     ) -> Result<Option<ExecRefusal>, ExecRefusal> {
         use std::os::unix::fs::MetadataExt as _;
-        let Some((name, meta)) = candidates
-            .iter()
-            .find_map(|c| Some((c, std::fs::metadata(c).ok().filter(|m| m.is_file())?)))
-        else {
-            return Ok(None);
-        };
-        let resolved = std::fs::canonicalize(name).unwrap_or_else(|_| name.clone());
-        match self.classify(
-            name.as_os_str().as_bytes(),
-            resolved,
-            (meta.dev(), meta.ino()),
-        ) {
-            Judged::Pass => Ok(None),
-            Judged::Report(refusal) => Ok(Some(refusal)),
-            Judged::Refuse(refusal) => Err(refusal),
-        }
+        let judged = with_ptrace(|| {
+            let mut refused = None;
+            for name in candidates {
+                let Some(meta) = std::fs::metadata(name).ok().filter(|m| m.is_file()) else {
+                    continue;
+                };
+                let resolved = std::fs::canonicalize(name).unwrap_or_else(|_| name.clone());
+                match self.classify(
+                    name.as_os_str().as_bytes(),
+                    resolved,
+                    (meta.dev(), meta.ino()),
+                ) {
+                    Judged::Pass => break,
+                    Judged::Report(refusal) => {
+                        refused.get_or_insert(refusal);
+                    }
+                    Judged::Refuse(refusal) => return Some(Err(refusal)),
+                }
+            }
+            Some(Ok(refused.filter(|_| report)))
+        });
+        judged.unwrap_or(Ok(None))
+    }
+}
+
+/// A refusal of an exec of `program`, which led to `resolved`, now.
+fn refusal_of(program: String, resolved: String) -> ExecRefusal {
+    ExecRefusal {
+        program,
+        resolved,
+        at_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
     }
 }
 
@@ -290,7 +318,7 @@ fn resolve(
     let stat = rustix::fs::fstat(&file)?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
         // A directory or a device: the kernel refuses it (EACCES) whatever is granted.
-        return Err(not_judged());
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
     let path = std::fs::read_link(format!(
         "/proc/self/fd/{}",
@@ -388,7 +416,19 @@ fn through_proc(
     let process = next().ok_or_else(unsupported)?;
     let other;
     let dir = match process.as_slice() {
-        b"self" | b"thread-self" => proc_dir,
+        // `self` is the whole process (its thread group's leader), whose working
+        // directory a thread made without CLONE_FS need not share; `thread-self` the
+        // thread that execs.
+        b"self" => {
+            let tgid = thread_group_of(proc_dir)?;
+            other = rustix::fs::open(
+                format!("/proc/{tgid}").as_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            &other
+        }
+        b"thread-self" => proc_dir,
         digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
             // The init's /proc is the sandbox's: the same process ids.
             let path = format!("/proc/{}", String::from_utf8_lossy(digits));
@@ -419,6 +459,18 @@ fn through_proc(
         return Err(unsupported());
     }
     Ok(file)
+}
+
+/// The thread group (process) id of the thread of `proc_dir`, from its `status`.
+fn thread_group_of(proc_dir: &OwnedFd) -> io::Result<u32> {
+    let mut status = String::new();
+    std::fs::File::from(open_in(proc_dir, "status", OFlags::RDONLY)?)
+        .read_to_string(&mut status)?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// The components of a name (empty ones and `.` included; the walk skips them).

@@ -901,7 +901,9 @@ fn spawn(
             .into_iter()
             .map(|c| cmd.cwd.join(c))
             .collect();
-        let refused = match w.judge_first(&candidates) {
+        // A root command is dumpable: the notification judges and reports it already.
+        let report = cmd.user != crate::spec::User::Root;
+        let refused = match w.judge_first(&candidates, report) {
             Ok(None) => None,
             Ok(Some(refusal)) => Some((refusal, false)),
             Err(refusal) => Some((refusal, true)),
