@@ -262,9 +262,8 @@ pub fn run(args: &Args) -> Result<u8> {
             valid,
             kind: loaded.descriptor.as_ref().map(|d| d.kind.to_string()),
             capabilities: loaded.descriptor.as_ref().map(|d| {
-                d.capability_types()
-                    .split(',')
-                    .filter(|t| !t.is_empty())
+                d.capability_type_list()
+                    .into_iter()
                     .map(str::to_owned)
                     .collect()
             }),

@@ -20,6 +20,7 @@
 //! The upstream's answer is copied as it comes. Inside TLS carried by SOCKS nothing can be
 //! seen, nor a sentinel split across two connections.
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -139,16 +140,17 @@ impl<'a> FirstBytes<'a> {
     }
 
     /// Takes the client's next piece (empty at the end of its stream): what may be sent
-    /// now (`Ok(None)`: nothing yet, read on), or the refusal.
-    fn admit(&mut self, piece: &[u8]) -> Result<Option<Vec<u8>>, (Reason, String)> {
+    /// now (`Ok(None)`: nothing yet, read on; once judged, the piece itself), or the
+    /// refusal.
+    fn admit<'p>(&mut self, piece: &'p [u8]) -> Result<Option<Cow<'p, [u8]>>, (Reason, String)> {
         let Some(held) = self.held.as_mut() else {
-            return Ok(Some(piece.to_vec()));
+            return Ok(Some(Cow::Borrowed(piece)));
         };
         if piece.is_empty() {
             // The end of the stream: a hello cut short is never sent, its rest would pass
             // unchecked on another connection's words.
             if held.is_empty() {
-                return Ok(Some(Vec::new()));
+                return Ok(Some(Cow::Borrowed(piece)));
             }
             return Err((
                 Reason::MalformedRequest,
@@ -176,7 +178,7 @@ impl<'a> FirstBytes<'a> {
             }
             Ok(SniPeek::Hello { .. } | SniPeek::NotTls) => {}
         }
-        Ok(self.held.take())
+        Ok(self.held.take().map(Cow::Owned))
     }
 }
 
@@ -206,23 +208,15 @@ pub(crate) async fn relay(
         let mut total = 0u64;
         loop {
             let n = client_r.read(&mut buf).await?;
-            let read = buf.get(..n).unwrap_or_default();
             // Until the first bytes are judged, the pieces are held and sent as one.
-            let held;
-            let piece = if first.held.is_none() {
-                read
-            } else {
-                match first.admit(read) {
-                    Ok(Some(bytes)) => {
-                        held = bytes;
-                        held.as_slice()
-                    }
-                    Ok(None) => continue,
-                    Err((reason, message)) => {
-                        return Ok::<_, io::Error>(Err(Stop::Refused { reason, message }));
-                    }
+            let piece = match first.admit(buf.get(..n).unwrap_or_default()) {
+                Ok(Some(piece)) => piece,
+                Ok(None) => continue,
+                Err((reason, message)) => {
+                    return Ok::<_, io::Error>(Err(Stop::Refused { reason, message }));
                 }
             };
+            let piece = piece.as_ref();
             if !piece.is_empty() {
                 if let Some(Err(service)) = watch.as_mut().map(|w| w.pass(piece)) {
                     let service = service.to_owned();

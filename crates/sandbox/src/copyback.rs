@@ -116,6 +116,9 @@ const fn runner(pattern: &'static str, reason: &'static str) -> Runner {
     Runner { pattern, reason }
 }
 
+/// Why a CI definition is a runner.
+const CI: &str = "CI pipelines run with the repository's secrets";
+
 /// Files that programs on the host run or obey without the user running them: a change to
 /// any of them (or beneath them) is diverted, never written into the working tree.
 pub const RUNNERS: &[Runner] = &[
@@ -221,18 +224,9 @@ pub const RUNNERS: &[Runner] = &[
         "CI workflows and actions run with the repository's secrets",
     ),
     runner(".gitlab", "CI templates run with the repository's secrets"),
-    runner(
-        ".gitlab-ci.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".circleci",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        "Jenkinsfile",
-        "CI pipelines run with the repository's secrets",
-    ),
+    runner(".gitlab-ci.yml", CI),
+    runner(".circleci", CI),
+    runner("Jenkinsfile", CI),
     runner(
         "mise.local.toml",
         "mise runs its hooks and tasks on entering the directory",
@@ -364,56 +358,20 @@ pub const RUNNERS: &[Runner] = &[
         ".gitpod.yml",
         "Gitpod runs its tasks when a workspace of the repository starts",
     ),
-    runner(
-        ".travis.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        "bitbucket-pipelines.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        "azure-pipelines.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".azure-pipelines",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".drone.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".woodpecker.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".woodpecker.yaml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".woodpecker",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        "appveyor.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".appveyor.yml",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(
-        ".buildkite",
-        "CI pipelines run with the repository's secrets",
-    ),
-    runner(".gitea", "CI pipelines run with the repository's secrets"),
-    runner(".forgejo", "CI pipelines run with the repository's secrets"),
-    runner(
-        ".semaphore",
-        "CI pipelines run with the repository's secrets",
-    ),
+    runner(".travis.yml", CI),
+    runner("bitbucket-pipelines.yml", CI),
+    runner("azure-pipelines.yml", CI),
+    runner(".azure-pipelines", CI),
+    runner(".drone.yml", CI),
+    runner(".woodpecker.yml", CI),
+    runner(".woodpecker.yaml", CI),
+    runner(".woodpecker", CI),
+    runner("appveyor.yml", CI),
+    runner(".appveyor.yml", CI),
+    runner(".buildkite", CI),
+    runner(".gitea", CI),
+    runner(".forgejo", CI),
+    runner(".semaphore", CI),
 ];
 
 /// Why a change must be diverted rather than applied (it is a symbolic link, or matches

@@ -125,12 +125,7 @@ impl ExecWatch {
         // The process's directory, opened before the notice is checked: if the notice is
         // still pending then, the directory is that process's, not one of a process that
         // reused its pid, and whatever is opened beneath it is its.
-        let proc_dir = rustix::fs::open(
-            format!("/proc/{}", notice.pid),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
+        let proc_dir = process_dir(&notice.pid.to_string()).ok()?;
         if !sys::notice_pending(self.fd(), notice.id) {
             return None;
         }
@@ -420,23 +415,13 @@ fn through_proc(
         // directory a thread made without CLONE_FS need not share; `thread-self` the
         // thread that execs.
         b"self" => {
-            let tgid = thread_group_of(proc_dir)?;
-            other = rustix::fs::open(
-                format!("/proc/{tgid}").as_str(),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
+            other = process_dir(&thread_group_of(proc_dir)?.to_string())?;
             &other
         }
         b"thread-self" => proc_dir,
         digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
             // The init's /proc is the sandbox's: the same process ids.
-            let path = format!("/proc/{}", String::from_utf8_lossy(digits));
-            other = rustix::fs::open(
-                path.as_str(),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
+            other = process_dir(&String::from_utf8_lossy(digits))?;
             &other
         }
         _ => return Err(unsupported()),
@@ -459,6 +444,15 @@ fn through_proc(
         return Err(unsupported());
     }
     Ok(file)
+}
+
+/// `/proc/ID`, opened as a path.
+fn process_dir(id: &str) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        format!("/proc/{id}").as_str(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// The thread group (process) id of the thread of `proc_dir`, from its `status`.

@@ -896,9 +896,14 @@ fn spawn(
     // does not start (it would run any program); a file the list does not grant is
     // reported (Landlock refuses it).
     if let Some(w) = init.exec_watch.as_ref().filter(|_| !cmd.own) {
-        let program = cmd.argv.first().map(String::as_str).unwrap_or_default();
-        let candidates: Vec<PathBuf> = plan::exec_candidates(program, &env)
-            .into_iter()
+        // The candidates the child will try (after its chdir: a relative one is the cwd's).
+        let candidates: Vec<PathBuf> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Exec { candidates, .. } => Some(candidates),
+                _ => None,
+            })
+            .flatten()
             .map(|c| cmd.cwd.join(c))
             .collect();
         // A root command is dumpable: the notification judges and reports it already.

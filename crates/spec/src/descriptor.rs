@@ -101,9 +101,8 @@ impl Descriptor {
         out
     }
 
-    /// The declared capability types, de-duplicated, sorted and comma-joined (the
-    /// `vnd.docker.sandbox.kit.capabilities` annotation, spec §8.1).
-    pub fn capability_types(&self) -> String {
+    /// The declared capability types, de-duplicated and sorted.
+    pub fn capability_type_list(&self) -> Vec<&str> {
         let mut types: Vec<&str> = self
             .declared_entries()
             .into_iter()
@@ -111,7 +110,13 @@ impl Descriptor {
             .collect();
         types.sort_unstable();
         types.dedup();
-        types.join(",")
+        types
+    }
+
+    /// The declared capability types, de-duplicated, sorted and comma-joined (the
+    /// `vnd.docker.sandbox.kit.capabilities` annotation, spec §8.1).
+    pub fn capability_types(&self) -> String {
+        self.capability_type_list().join(",")
     }
 
     pub fn arg(&self, name: &str) -> Option<&ArgDecl> {
