@@ -748,9 +748,7 @@ impl Store {
         check_version(path, version)?;
 
         restrict_mode(path)?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(configure("journal_mode"))?;
+        let mode = wal_mode(&conn).map_err(configure("journal_mode"))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::NoWal {
                 path: path.to_owned(),
@@ -1175,6 +1173,30 @@ impl Store {
             .map_err(write_err(&self.path, ACTION))?;
         tx.commit().map_err(write_err(&self.path, ACTION))?;
         Ok(RemovedSandbox { record, rules })
+    }
+}
+
+/// Puts the file in write-ahead-log mode (once per file; later opens find it so) and
+/// returns the mode it is in. The switch takes the file exclusively, and SQLite answers a
+/// switch that finds another connection in the file with "busy" at once, without its
+/// busy handler: processes opening a new store together (the workers of `capgate warm`,
+/// parallel runs) wait for each other here, for up to [`BUSY_TIMEOUT`].
+fn wal_mode(conn: &Connection) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let current: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+        if current.eq_ignore_ascii_case("wal") {
+            return Ok(current);
+        }
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -693,3 +693,27 @@ fn a_version_1_store_is_migrated_with_its_rules() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.rules(&RuleFilter::default()).unwrap().len(), 3);
 }
+
+/// Processes that open a store no one has made yet, together (the workers `capgate warm`
+/// starts at once, parallel runs on a new data directory), all get it: the switch to the
+/// write-ahead log waits for the others instead of failing with "database is locked".
+#[test]
+fn a_new_store_opened_by_many_at_once_opens_for_all() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.db");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let openers: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), std::sync::Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for opener in openers {
+            assert_eq!(opener.join().unwrap(), Ok(()));
+        }
+    }
+}
