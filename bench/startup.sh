@@ -9,7 +9,14 @@
 # interleaved hyperfine passes (the table shows the median of their medians),
 # SRT_VERSION [0.0.78, the version of perf-baselines.md] npm version of the sandbox runtime,
 # GATE_MAX [60] seconds to wait before each pass for a quiet machine (< 8 % CPU over 1 s),
-# BENCH_KEEP [0] =1 keeps the scratch folder (hyperfine JSON, srt install, CAPGATE_HOME).
+# BENCH_KEEP [0] =1 keeps the scratch folder (hyperfine JSON, srt install, CAPGATE_HOME),
+# PACE [0.2] seconds of pause before each run of the paced pass (below), WARM_READY [2].
+#
+# Besides the cold `capgate run`, each pass times runs that take a sandbox `capgate warm`
+# prepared (its own data directory, the same workspace and options): once back to back
+# (the pool refills while the runs go on, so many runs wait for a preparation), and once
+# paced, with PACE seconds between runs (hyperfine --prepare, not timed), as an agent's
+# tool calls come, next to bwrap paced the same way.
 #
 # Only the package installs (apt-get, npm) touch the network. Everything else happens in
 # a scratch folder under /tmp that is removed on exit; no process outlives the script.
@@ -26,6 +33,8 @@ REPS=${REPS:-3}
 SRT_VERSION=${SRT_VERSION:-0.0.78}
 GATE_MAX=${GATE_MAX:-60}
 BENCH_KEEP=${BENCH_KEEP:-0}
+PACE=${PACE:-0.2}
+WARM_READY=${WARM_READY:-2}
 
 log() { printf '[startup %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -60,8 +69,13 @@ WORK=$(mktemp -d /tmp/capgate-startup.XXXXXX)
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    # Every process started here is a hyperfine child waited for in the foreground; the
+    # Every process started here is a hyperfine child waited for in the foreground, but
+    # `capgate warm`, stopped here (its prepared sandboxes remove their own state); the
     # ephemeral capgate sandboxes remove their own records, state and cgroups.
+    if [ -n "${WARM_PID:-}" ] && kill -0 "$WARM_PID" 2>/dev/null; then
+        kill -INT "$WARM_PID" 2>/dev/null || true
+        wait "$WARM_PID" 2>/dev/null || true
+    fi
     if [ "$BENCH_KEEP" = 1 ]; then
         log "kept $WORK"
     else
@@ -113,6 +127,22 @@ for c in "$CMD_BWRAP" "$CMD_BWRAP_FULL" "$CMD_SRT"; do
     $c >"$WORK/smoke.log" 2>&1 || die "\`$c\` failed: $(cat "$WORK/smoke.log")"
 done
 
+# `capgate warm` for the same workspace and options, in a data directory of its own (so
+# that the cold runs above stay cold).
+WARM_HOME="$WORK/capgate-warm-home"
+mkdir -p "$WARM_HOME"
+CAPGATE_HOME="$WARM_HOME" "$CAPGATE" run -- "$TRUE" >"$WORK/warmup-warm.log" 2>&1 ||
+    die "the warm data directory's first run failed: $(cat "$WORK/warmup-warm.log")"
+log "starting capgate warm --ready $WARM_READY"
+CAPGATE_HOME="$WARM_HOME" "$CAPGATE" warm --ready "$WARM_READY" 2>"$WORK/warm.log" &
+WARM_PID=$!
+for _ in $(seq 600); do
+    grep -q 'sandboxes ready' "$WORK/warm.log" && break
+    kill -0 "$WARM_PID" 2>/dev/null || die "capgate warm ended: $(cat "$WORK/warm.log")"
+    sleep 0.1
+done
+grep -q 'sandboxes ready' "$WORK/warm.log" || die "capgate warm was not ready in 60 s"
+
 cpu_gate() {     # wait (at most GATE_MAX s) until the machine was < 8 % busy over 1 s; prints %
     local i a b busy=100
     for i in $(seq "$GATE_MAX"); do
@@ -139,6 +169,16 @@ for rep in $(seq "$REPS"); do
         -n bwrap-full "$CMD_BWRAP_FULL" \
         -n capgate "$CMD_CAPGATE" >"$WORK/fast-$rep.txt" 2>&1 ||
         die "hyperfine failed: $(tail -20 "$WORK/fast-$rep.txt")"
+    log "pass $rep of $REPS: prepared sandboxes, back to back and paced (${PACE}s), bwrap paced"
+    CAPGATE_HOME="$WARM_HOME" hyperfine -N --style basic --warmup "$WARMUP" --runs "$RUNS" \
+        --export-json "$WORK/warm-$rep.json" \
+        -n capgate-warm "$CMD_CAPGATE" >"$WORK/warm-$rep.txt" 2>&1 ||
+        die "hyperfine (warm) failed: $(tail -20 "$WORK/warm-$rep.txt")"
+    CAPGATE_HOME="$WARM_HOME" hyperfine -N --style basic --warmup 3 --runs "$RUNS" \
+        --prepare "sleep $PACE" --export-json "$WORK/paced-$rep.json" \
+        -n bwrap-paced "$CMD_BWRAP" \
+        -n capgate-warm-paced "$CMD_CAPGATE" >"$WORK/paced-$rep.txt" 2>&1 ||
+        die "hyperfine (paced) failed: $(tail -20 "$WORK/paced-$rep.txt")"
     log "pass $rep of $REPS: srt ($SRT_RUNS runs)"
     hyperfine -N --style basic --warmup "$SRT_WARMUP" --runs "$SRT_RUNS" \
         --export-json "$WORK/srt-$rep.json" \
@@ -146,20 +186,26 @@ for rep in $(seq "$REPS"); do
         die "hyperfine (srt) failed: $(tail -20 "$WORK/srt-$rep.txt")"
 done
 # Nothing of the runs is left behind: no sandbox record, no state, no cgroup.
-left=$(find "$CAPGATE_HOME/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+handed=$(grep -c 'a run took the prepared sandbox' "$WORK/warm.log" || true)
+log "capgate warm handed $handed prepared sandboxes to runs"
+kill -INT "$WARM_PID" 2>/dev/null || true
+wait "$WARM_PID" 2>/dev/null || true
+WARM_PID=
+left=$(find "$CAPGATE_HOME/sandboxes" "$WARM_HOME/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 [ "$left" = 0 ] || log "WARNING: $left sandbox directories were left in $CAPGATE_HOME/sandboxes"
 stale=$(find /sys/fs/cgroup -maxdepth 6 -type d -path '*/capgate/run-*' 2>/dev/null | wc -l)
 [ "$stale" = 0 ] || log "WARNING: $stale capgate run-* cgroups were left under /sys/fs/cgroup"
 
 # ---- the table ---------------------------------------------------------------------------
-"$PY" - "$WORK" "$REPS" "$RUNS" "$SRT_RUNS" "${GATES[*]}" "$SRT_VERSION" <<'EOF'
+"$PY" - "$WORK" "$REPS" "$RUNS" "$SRT_RUNS" "${GATES[*]}" "$SRT_VERSION" "$PACE" "$handed" <<'EOF'
 import json, statistics, sys
-work, reps, runs, srt_runs, gates, srt_version = sys.argv[1:7]
+work, reps, runs, srt_runs, gates, srt_version, pace, handed = sys.argv[1:9]
 reps = int(reps)
 per = {}   # name -> [per-pass median seconds]
 cmd = {}
 for rep in range(1, reps + 1):
-    for f in (f"{work}/fast-{rep}.json", f"{work}/srt-{rep}.json"):
+    for f in (f"{work}/fast-{rep}.json", f"{work}/warm-{rep}.json",
+              f"{work}/paced-{rep}.json", f"{work}/srt-{rep}.json"):
         for r in json.load(open(f))["results"]:
             per.setdefault(r["command"], []).append(r["median"])
             cmd[r["command"]] = r
@@ -169,11 +215,15 @@ rows = [
     ("bwrap", "`bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true`"),
     ("bwrap-full", "same + `--dev /dev --proc /proc --tmpfs /tmp` (reference)"),
     ("capgate", "`capgate run -- /bin/true`"),
+    ("capgate-warm", "same, `capgate warm` running (back to back)"),
+    ("bwrap-paced", f"bwrap, paced ({pace} s between runs)"),
+    ("capgate-warm-paced", f"`capgate run -- /bin/true`, `capgate warm` running, paced ({pace} s)"),
     ("srt", f"`srt --settings <no network> true` (sandbox-runtime {srt_version})"),
 ]
 print()
 print(f"capgate start-up: hyperfine -N, median of {reps} interleaved passes "
-      f"({runs} runs each; srt {srt_runs}); cpu gate per pass: {gates} %")
+      f"({runs} runs each; srt {srt_runs}); cpu gate per pass: {gates} %; "
+      f"runs that took a prepared sandbox: {handed}")
 print()
 print("| command | median | vs /bin/true | added over /bin/true | per-pass medians (ms) |")
 print("|---|---|---|---|---|")
@@ -183,6 +233,7 @@ for name, label in rows:
     passes = " / ".join(f"{x * 1e3:.2f}" for x in per[name])
     print(f"| {label} | **{m:.2f} ms** | {m / t:.1f}× | +{m - t:.2f} ms | {passes} |")
 cg, bw, sr, bf = med["capgate"], med["bwrap"], med["srt"], med["bwrap-full"]
+cw, bp = med["capgate-warm-paced"], med["bwrap-paced"]
 print()
 print("| ratio | value | goal | |")
 print("|---|---|---|---|")
@@ -190,5 +241,9 @@ print(f"| capgate / bwrap | **{cg / bw:.2f}×** (vs bwrap+dev/proc/tmp {cg / bf:
       f"{'MET' if cg <= 2 * bw else 'MISSED'} |")
 print(f"| srt / capgate | **{sr / cg:.1f}×** | far below srt (perf-baselines §7 reads ≥ 40×) | "
       f"{'MET' if sr >= 40 * cg else 'MISSED'} |")
+print(f"| capgate warm, paced / bwrap, paced | **{cw / bp:.2f}×** | ≤ 2× | "
+      f"{'MET' if cw <= 2 * bp else 'MISSED'} |")
+print(f"| srt / capgate warm, paced | **{sr / cw:.1f}×** | ≥ 40× | "
+      f"{'MET' if sr >= 40 * cw else 'MISSED'} |")
 print()
 EOF

@@ -155,6 +155,21 @@ enum Command {
     /// command's status (3 with --fail-on-violation when anything was refused; 125 when the
     /// sandbox cannot start, 126/127 when the command cannot).
     Run(run::RunArgs),
+    /// Keep sandboxes of one set of `run` options prepared, so that a `capgate run` with
+    /// the same options starts its command in one at once.
+    ///
+    /// Takes the options of `capgate run` (not --name, --copy-back or a command) and keeps
+    /// --ready sandboxes (default 2) prepared for them in the foreground until Ctrl-C: the
+    /// kits resolved and gated against the lock, the rules provisioned, the gateway and
+    /// the kernel sandbox started, install and startup hooks run. A later `capgate run`
+    /// with the same options, in the same directory, not reading a terminal, sends its
+    /// command and stdio to one of them and exits with its status; another is prepared at
+    /// once. Each sandbox serves one run and is removed after it, as an ephemeral run's is.
+    /// The kit files and the lock are checked again when a run takes a sandbox: if they
+    /// changed, that run starts its own sandbox (and the lock gate judges the change).
+    /// Exits 0 when stopped; a sandbox that cannot be prepared stops it with that run's
+    /// exit code and messages.
+    Warm(run::WarmArgs),
     /// Create (or recreate) a sandbox: resolve its kits, gate them against the lock, record
     /// it, and provision its kit grants as rules (`kit:NAME`, visible, not editable).
     Create(sandbox::CreateArgs),
@@ -218,6 +233,7 @@ fn main() -> ExitCode {
         Command::Resolve(args) => resolve::run(&args),
         Command::Lock(args) => lock::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Warm(args) => run::warm(&args),
         Command::Create(args) => sandbox::create(&args),
         Command::Ls(args) => sandbox::ls(&args),
         Command::Rm(args) => sandbox::rm(&args),

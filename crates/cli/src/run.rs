@@ -33,6 +33,9 @@ use crate::kits;
 use crate::sandbox::{CreateArgs, Provisioned, provision};
 use crate::state::{SandboxDir, data_dir, open_store};
 
+mod warm;
+pub use warm::{WarmArgs, warm};
+
 /// The built-in workload for `capgate run -- CMD` with no kit: a shell with no grants.
 const DEFAULT_KIT: &str = "# syntax=docker/sandbox-kit:3
 # capgate's built-in workload: a shell with no network grants. The workspace is the
@@ -124,6 +127,10 @@ pub struct RunArgs {
     /// `user.name` and `user.email`). Nothing else of the host's git config is shown.
     #[arg(long, value_name = "NAME <EMAIL>", value_parser = crate::identity::GitIdentity::parse)]
     git_identity: Option<crate::identity::GitIdentity>,
+    /// Internal to `capgate warm`: prepare the sandbox, then wait on this control socket
+    /// for a run to take it.
+    #[arg(long, hide = true, value_name = "FD")]
+    warm_ctl: Option<i32>,
     /// The command (default: a shell).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -347,12 +354,7 @@ impl Environments {
         ] {
             baseline.insert(k.to_owned(), v.to_owned());
         }
-        let term = if std::io::stdout().is_terminal() {
-            "xterm-256color"
-        } else {
-            "dumb"
-        };
-        baseline.insert("TERM".to_owned(), term.to_owned());
+        baseline.insert("TERM".to_owned(), term().to_owned());
         let mut workload = baseline.clone();
         // Kit args exported with `env:`.
         for unit in plan.layered_units() {
@@ -422,6 +424,15 @@ impl Environments {
     }
 }
 
+/// The `TERM` of commands inside: a terminal's where the caller's stdout is one.
+fn term() -> &'static str {
+    if std::io::stdout().is_terminal() {
+        "xterm-256color"
+    } else {
+        "dumb"
+    }
+}
+
 /// How long a run's end waits for the gateway's connections to finish recording (a
 /// connection whose upstream does not close when the sandbox's side has is cut then).
 const GATEWAY_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
@@ -449,6 +460,28 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
 }
 
 pub fn run(args: &RunArgs) -> Result<u8> {
+    let Some(fd) = args.warm_ctl else {
+        // A sandbox `capgate warm` prepared for these options, if there is one.
+        if let Some(code) = warm::claim(args) {
+            return Ok(code);
+        }
+        return run_here(args, None);
+    };
+    // A worker of `capgate warm`: its output goes to the caller that claims it, errors
+    // included.
+    let mut worker = warm::Worker::adopt(fd, args)?;
+    let code = match run_here(args, Some(&mut worker)) {
+        Ok(code) => code,
+        Err(e) => {
+            say!("capgate: {}", printable(&format!("{e:#}")));
+            exit::INVALID
+        }
+    };
+    drop(worker);
+    Ok(code)
+}
+
+fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8> {
     // The helper starts first: its exec and its reading of the host overlap with resolving
     // the kits and configuring the gateway. A failure to start it is reported where the
     // sandbox would start; if the run ends before that, dropping it ends the helper.
@@ -550,13 +583,37 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
     };
+    if let Some(w) = worker.as_deref_mut() {
+        let read = kit_files(&provisioned);
+        let workspace = match &args.workspace {
+            Some(w) => w.clone(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        w.watch_inputs(
+            read.files,
+            read.dirs.into_iter().chain([workspace]).collect(),
+        );
+    }
     let outcome = run_provisioned(
         args,
         (&name, &provisioned),
         &mut store,
-        prepared,
+        (prepared, worker.as_deref_mut()),
         &interrupt,
     );
+    // An interrupted run ends as interrupted programs do, whatever the workload said.
+    let outcome = outcome.map(|code| interrupt.signalled().unwrap_or(code));
+    if let Some(w) = worker {
+        // The caller of a prepared sandbox has its status now; the state goes after.
+        let code = match &outcome {
+            Ok(code) => *code,
+            Err(e) => {
+                say!("capgate: {}", printable(&format!("{e:#}")));
+                exit::INVALID
+            }
+        };
+        w.finish(code);
+    }
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Err(e) = dir.remove() {
@@ -566,15 +623,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     drop(lock);
     // What runs killed before their cleanup left, after this one's work (not on its start).
     crate::state::reclaim_abandoned_runs(&mut store);
-    // An interrupted run ends as interrupted programs do, whatever the workload said.
-    outcome.map(|code| interrupt.signalled().unwrap_or(code))
+    outcome
 }
 
 fn run_provisioned(
     args: &RunArgs,
     (name, provisioned): (&str, &Provisioned),
     store: &mut capgate_policy::Store,
-    prepared: Result<Prepared, SandboxError>,
+    (prepared, worker): (Result<Prepared, SandboxError>, Option<&mut warm::Worker>),
     interrupt: &crate::interrupt::Interrupt,
 ) -> Result<u8> {
     let (plan, base) = (&provisioned.plan, provisioned.base.as_path());
@@ -1008,7 +1064,7 @@ fn run_provisioned(
     if code == exit::OK {
         code = run_workload(
             &mut sandbox,
-            args,
+            (args, worker),
             (hooks.as_ref(), &context),
             &envs,
             interrupt,
@@ -1260,7 +1316,7 @@ fn write_inside(sandbox: &mut Sandbox, script: &str, args: &[&str], content: &st
 
 fn run_workload(
     sandbox: &mut Sandbox,
-    args: &RunArgs,
+    (args, worker): (&RunArgs, Option<&mut warm::Worker>),
     (hooks, context): (Option<&Lifecycle>, &crate::context::Materialize),
     envs: &Environments,
     interrupt: &crate::interrupt::Interrupt,
@@ -1350,17 +1406,35 @@ fn run_workload(
             }
         }
     }
-    let argv = if args.command.is_empty() {
+    // A prepared sandbox waits here for the run that takes it, and runs its command.
+    let command = match worker {
+        None => args.command.clone(),
+        Some(w) => {
+            let name = sandbox.name().to_owned();
+            match w.claim(&name, || interrupt.signalled().is_some()) {
+                Ok(Some(argv)) => argv,
+                Ok(None) => return exit::OK,
+                Err(e) => {
+                    say!("capgate: {e:#}");
+                    return exit::INVALID;
+                }
+            }
+        }
+    };
+    let argv = if command.is_empty() {
         vec![if Path::new("/bin/bash").exists() {
             "/bin/bash".to_owned()
         } else {
             "/bin/sh".to_owned()
         }]
     } else {
-        args.command.clone()
+        command
     };
     let mut cmd = RunCommand::agent(argv);
     cmd.env = envs.workload();
+    // As the caller's stdout is now (a prepared sandbox's caller came after its start).
+    cmd.env.retain(|(k, _)| k != "TERM");
+    cmd.env.push(("TERM".to_owned(), term().to_owned()));
     // The command the user works with: the caller's stdin, and a terminal of its own if
     // the user is at one.
     cmd.interactive = true;

@@ -63,6 +63,9 @@ pub use helper::helper_main;
 pub use host::{Dialer, Prepared, Sandbox, Stopper};
 pub use policy::shown_host_dirs;
 pub use probe::{Availability, Feature, HostCheck, HostReport, probe_host};
+/// Length-prefixed JSON frames with descriptors over a UNIX stream socket (the control
+/// protocol's framing, also used by `capgate warm`).
+pub use proto::{recv as recv_frame, send as send_frame};
 pub use remove::remove_tree;
 pub use report::{ExecRefusal, LandlockEnforcement, LandlockReport, StartReport};
 pub use spec::{
@@ -70,4 +73,6 @@ pub use spec::{
     ListenerKind, ListenerSpec, OVERLAY_UPPER, RunCommand, SandboxSpec, User, VolumeMount,
     VolumeSource, WORKSPACE_DIR, Workspace, WorkspaceMode, volume_target,
 };
+/// Descriptor handover to a spawned program, and its adoption there.
+pub use sys::{pass_fd_as, take_inherited_fd};
 pub use terminal::{WindowWatch, caller_terminal_is_raw};

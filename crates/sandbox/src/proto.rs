@@ -104,11 +104,7 @@ pub(crate) enum Dialed {
 }
 
 /// Sends one frame with descriptors.
-pub(crate) fn send<T: Serialize>(
-    sock: BorrowedFd<'_>,
-    msg: &T,
-    fds: &[BorrowedFd<'_>],
-) -> io::Result<()> {
+pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;
     let header = len.to_le_bytes();
@@ -138,9 +134,7 @@ pub(crate) fn send<T: Serialize>(
 }
 
 /// Receives one frame and its descriptors; `None` at end of stream.
-pub(crate) fn recv<T: DeserializeOwned>(
-    sock: BorrowedFd<'_>,
-) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
     let mut header = [0u8; 4];
     let mut got = 0;
     let mut fds: Vec<OwnedFd> = Vec::new();

@@ -143,7 +143,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 
 /// Makes the spawned program find `fd` at descriptor `target` (all other descriptors of the
 /// caller stay close-on-exec).
-pub(crate) fn pass_fd_as(cmd: &mut Command, fd: RawFd, target: RawFd) {
+pub fn pass_fd_as(cmd: &mut Command, fd: RawFd, target: RawFd) {
     let hook = move || -> io::Result<()> {
         if fd == target {
             // SAFETY: fcntl on a descriptor number; F_SETFD with 0 only clears FD_CLOEXEC.
@@ -164,7 +164,7 @@ pub(crate) fn pass_fd_as(cmd: &mut Command, fd: RawFd, target: RawFd) {
 
 /// Takes ownership of a descriptor this process inherited (`--ctl-fd 3`), after checking that
 /// it is open, and marks it close-on-exec.
-pub(crate) fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: fcntl on a descriptor number has no memory effects; it fails with EBADF when
     // the descriptor is not open.
     check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) }.into())?;
