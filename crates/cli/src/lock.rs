@@ -41,6 +41,27 @@ struct JsonOut<'a> {
     written: bool,
 }
 
+impl Args {
+    /// The lock step of the composition `capgate run` would gate (for `capgate warm`,
+    /// before it prepares any sandbox: a lock written on first use is then not written by
+    /// the preparations themselves).
+    pub fn of_run(
+        kits: Vec<PathBuf>,
+        args: Vec<(String, String)>,
+        lock: Option<PathBuf>,
+        approve: bool,
+    ) -> Args {
+        Args {
+            kits,
+            args,
+            lock,
+            approve,
+            check: false,
+            json: false,
+        }
+    }
+}
+
 pub fn run(args: &Args) -> Result<u8> {
     // Where is the lock? Beside the workload unless given; read the kits once to know.
     let (lock_path, base) = match crate::sandbox::lock_location(

@@ -158,15 +158,19 @@ enum Command {
     /// Keep sandboxes of one set of `run` options prepared, so that a `capgate run` with
     /// the same options starts its command in one at once.
     ///
-    /// Takes the options of `capgate run` (not --name, --copy-back or a command) and keeps
+    /// Takes the options of `capgate run` (not --name, --copy-back, --mount or a command),
+    /// gates the kits against the lock as `capgate lock` does, and keeps
     /// --ready sandboxes (default 2) prepared for them in the foreground until Ctrl-C: the
     /// kits resolved and gated against the lock, the rules provisioned, the gateway and
     /// the kernel sandbox started, install and startup hooks run. A later `capgate run`
     /// with the same options, in the same directory, not reading a terminal, sends its
     /// command and stdio to one of them and exits with its status; another is prepared at
     /// once. Each sandbox serves one run and is removed after it, as an ephemeral run's is.
-    /// The kit files and the lock are checked again when a run takes a sandbox: if they
-    /// changed, that run starts its own sandbox (and the lock gate judges the change).
+    /// The kit files, the lock and the workspace directory are checked again when a run
+    /// takes a sandbox: if they changed, that run starts its own sandbox (and the lock gate
+    /// judges the change). A run waiting for a sandbox can be interrupted (nothing runs)
+    /// and starts its own after 10 s. The command runs in this process's context (cgroup,
+    /// rlimits), not the caller's.
     /// Exits 0 when stopped; a sandbox that cannot be prepared stops it with that run's
     /// exit code and messages.
     Warm(run::WarmArgs),

@@ -427,11 +427,14 @@ impl Environments {
 /// The `TERM` of commands inside: a terminal's where the caller's stdout is one.
 fn term() -> &'static str {
     if std::io::stdout().is_terminal() {
-        "xterm-256color"
+        TERMINAL
     } else {
         "dumb"
     }
 }
+
+/// The `TERM` of commands whose stdout is a terminal (a pty of the sandbox's own).
+const TERMINAL: &str = "xterm-256color";
 
 /// How long a run's end waits for the gateway's connections to finish recording (a
 /// connection whose upstream does not close when the sandbox's side has is cut then).
@@ -584,7 +587,7 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
         return provisioned.map(|p| p.err().unwrap_or(exit::INVALID));
     };
     if let Some(w) = worker.as_deref_mut() {
-        let read = kit_files(&provisioned);
+        let read = kit_paths(&provisioned);
         let workspace = match &args.workspace {
             Some(w) => w.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
@@ -592,6 +595,7 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
         w.watch_inputs(
             read.files,
             read.dirs.into_iter().chain([workspace]).collect(),
+            &read.lost,
         );
     }
     let outcome = run_provisioned(
@@ -601,19 +605,19 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
         (prepared, worker.as_deref_mut()),
         &interrupt,
     );
-    // An interrupted run ends as interrupted programs do, whatever the workload said.
-    let outcome = outcome.map(|code| interrupt.signalled().unwrap_or(code));
-    if let Some(w) = worker {
-        // The caller of a prepared sandbox has its status now; the state goes after.
-        let code = match &outcome {
-            Ok(code) => *code,
-            Err(e) => {
+    let outcome = match (outcome, worker) {
+        (outcome, None) => outcome,
+        // The caller of a prepared sandbox has its status now (an error said to it once);
+        // the state goes after, and what that says goes to the supervisor.
+        (outcome, Some(w)) => {
+            let code = outcome.unwrap_or_else(|e| {
                 say!("capgate: {}", printable(&format!("{e:#}")));
                 exit::INVALID
-            }
-        };
-        w.finish(code);
-    }
+            });
+            w.finish(interrupt.signalled().unwrap_or(code));
+            Ok(code)
+        }
+    };
     if ephemeral {
         let _ = store.remove_sandbox(&name);
         if let Err(e) = dir.remove() {
@@ -623,14 +627,15 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
     drop(lock);
     // What runs killed before their cleanup left, after this one's work (not on its start).
     crate::state::reclaim_abandoned_runs(&mut store);
-    outcome
+    // An interrupted run ends as interrupted programs do, whatever the workload said.
+    outcome.map(|code| interrupt.signalled().unwrap_or(code))
 }
 
 fn run_provisioned(
     args: &RunArgs,
     (name, provisioned): (&str, &Provisioned),
     store: &mut capgate_policy::Store,
-    (prepared, worker): (Result<Prepared, SandboxError>, Option<&mut warm::Worker>),
+    (prepared, mut worker): (Result<Prepared, SandboxError>, Option<&mut warm::Worker>),
     interrupt: &crate::interrupt::Interrupt,
 ) -> Result<u8> {
     let (plan, base) = (&provisioned.plan, provisioned.base.as_path());
@@ -1064,7 +1069,7 @@ fn run_provisioned(
     if code == exit::OK {
         code = run_workload(
             &mut sandbox,
-            (args, worker),
+            (args, worker.as_deref_mut()),
             (hooks.as_ref(), &context),
             &envs,
             interrupt,
@@ -1157,7 +1162,12 @@ fn run_provisioned(
         if refused == 0 {
             say!("capgate: --fail-on-violation: exit 3, as refusals could not be recorded");
         }
-        return Ok(exit::VIOLATION);
+        code = exit::VIOLATION;
+    }
+    // The caller of a prepared sandbox has its status now, before the gateway and the
+    // audit writer are taken down (the state's removal follows in `run_here`).
+    if let Some(w) = worker {
+        w.finish(interrupt.signalled().unwrap_or(code));
     }
     Ok(code)
 }
@@ -1168,33 +1178,49 @@ fn run_provisioned(
 /// Copy-back diverts the workload's changes to them: applied, the next run would approve
 /// the workload's own grants and hooks.
 fn kit_files(provisioned: &Provisioned) -> crate::copyback::KitFiles {
-    let mut out = vec![provisioned.lock.clone()];
-    let mut dirs = Vec::new();
+    let read = kit_paths(provisioned);
+    let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    crate::copyback::KitFiles {
+        files: read.files.into_iter().map(canonical).collect(),
+        dirs: read.dirs.into_iter().map(canonical).collect(),
+    }
+}
+
+/// The host files the composition was read from, as named (not resolved): the lock, each
+/// kit's descriptor and the bodies its agent-context@1 entries read; each kit directory;
+/// and the units whose descriptor cannot be found any more.
+struct KitPaths {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    lost: Vec<String>,
+}
+
+fn kit_paths(provisioned: &Provisioned) -> KitPaths {
+    let mut read = KitPaths {
+        files: vec![provisioned.lock.clone()],
+        dirs: Vec::new(),
+        lost: Vec::new(),
+    };
     for unit in provisioned.plan.layered_units() {
         let kit = provisioned.base.join(&unit.reference);
         let Ok(descriptor) = crate::kitref::descriptor_path(&kit) else {
+            read.lost.push(unit.reference.clone());
             continue;
         };
         let dir = crate::kitref::kit_dir(&kit);
         if kit.is_dir() {
-            dirs.push(std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone()));
+            read.dirs.push(dir.clone());
         }
         for (_, entry) in unit.descriptor.declared_entries() {
             if let Some(Capability::AgentContext(c)) = &entry.capability
                 && let Some(file) = c.content_file.as_deref().filter(|f| !f.is_empty())
             {
-                out.push(dir.join(file));
+                read.files.push(dir.join(file));
             }
         }
-        out.push(descriptor);
+        read.files.push(descriptor);
     }
-    crate::copyback::KitFiles {
-        files: out
-            .into_iter()
-            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-            .collect(),
-        dirs,
-    }
+    read
 }
 
 /// A named sandbox keeps its copy-mode changes (the overlay's upper directory) between
@@ -1407,15 +1433,17 @@ fn run_workload(
         }
     }
     // A prepared sandbox waits here for the run that takes it, and runs its command.
+    let prepared = worker.is_some();
     let command = match worker {
         None => args.command.clone(),
         Some(w) => {
             let name = sandbox.name().to_owned();
-            match w.claim(&name, || interrupt.signalled().is_some()) {
+            let signalled = || interrupt.signalled().is_some();
+            match w.claim(&name, signalled, || sandbox.is_alive()) {
                 Ok(Some(argv)) => argv,
                 Ok(None) => return exit::OK,
                 Err(e) => {
-                    say!("capgate: {e:#}");
+                    say!("capgate: {}", printable(&format!("{e:#}")));
                     return exit::INVALID;
                 }
             }
@@ -1432,9 +1460,14 @@ fn run_workload(
     };
     let mut cmd = RunCommand::agent(argv);
     cmd.env = envs.workload();
-    // As the caller's stdout is now (a prepared sandbox's caller came after its start).
-    cmd.env.retain(|(k, _)| k != "TERM");
-    cmd.env.push(("TERM".to_owned(), term().to_owned()));
+    if prepared {
+        // As the caller's stdout is (it came after the sandbox's start), unless a kit set it.
+        let baseline = |(k, v): &(String, String)| k == "TERM" && (v == "dumb" || v == TERMINAL);
+        if cmd.env.iter().any(baseline) {
+            cmd.env.retain(|kv| !baseline(kv));
+            cmd.env.push(("TERM".to_owned(), term().to_owned()));
+        }
+    }
     // The command the user works with: the caller's stdin, and a terminal of its own if
     // the user is at one.
     cmd.interactive = true;

@@ -370,6 +370,14 @@ impl Sandbox {
         self.dialer.take()
     }
 
+    /// Whether the sandbox still runs: its helper, which ends when the init does (and so
+    /// the whole sandbox), has not exited.
+    pub fn is_alive(&mut self) -> bool {
+        self.helper
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// The sandbox's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -11,19 +11,22 @@
 //! A later `capgate run` with the same options (the same kits, args, lock, workspace and
 //! flags, the same binary, the same `HOME` and SSH agent) computes the same key, finds the
 //! supervisor's socket `DATA/warm/KEY.sock`, and sends its command with its stdin, stdout
-//! and stderr. The supervisor hands the connection to a ready worker and starts another.
-//! The worker checks that the kit files and the lock it was prepared from are byte for byte
-//! what they were (else it answers `Stale` and the run starts cold, where the lock gate
-//! judges the new kits), replays what its preparation printed, takes the caller's stdio as
-//! its own, runs the command as any run does, prints the refusal summary, and sends the
-//! exit status. Only then does the caller exit; the worker removes its state afterwards.
+//! and stderr. The supervisor hands the connection to a ready worker. The worker checks
+//! that the options are its own, that its sandbox still runs, and that the kit files, the
+//! lock and the workspace are what it was prepared from (else it answers `Stale` and the run
+//! starts cold, where the lock gate judges the new kits), and answers `Claimed`. The caller
+//! commits with `Go` (until then nothing of the command has run, and the caller may still
+//! give up: a signal, or no answer within [`ANSWER_PATIENCE`]); the worker replays what its
+//! preparation printed, takes the caller's stdio as its own, runs the command as any run
+//! does, prints the refusal summary, and sends the exit status. Only then does the caller
+//! exit; the worker removes its state afterwards.
 //!
 //! The caller forwards SIGINT, SIGTERM and SIGHUP to the worker, which handles them as a
 //! cold run does; a caller that dies ends the run as a hang-up. A run that is not eligible
 //! (a named sandbox, `--copy-back`, a terminal on stdin: the keyboard relay is the caller's
 //! own) or finds no supervisor starts cold, as before.
 
-use std::io::{Read as _, Seek as _};
+use std::io::{Read as _, Seek as _, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt as _;
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use capgate_sandbox::{recv_frame, send_frame};
+use capgate_spec::text::printable;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{PollFd, PollFlags, poll};
@@ -50,8 +54,20 @@ const WORKER_CTL_FD: i32 = 3;
 /// removes the sandbox.
 const CALLER_EXIT_PATIENCE: Duration = Duration::from_millis(100);
 
-/// How long a worker waits for a handed caller to say what it wants.
+/// How long a worker waits for a handed caller to say what it wants, and to commit.
 const CLAIM_PATIENCE: Duration = Duration::from_secs(2);
+
+/// How long a caller waits for a prepared sandbox to answer before it starts its own (the
+/// supervisor may be stopped, or all its sandboxes still being prepared).
+const ANSWER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How many callers the supervisor keeps waiting for a ready sandbox; more start cold.
+const MAX_WAITING: usize = 64;
+
+/// A file changed this close to a worker's start (or after it) may have been read by its
+/// preparation in either version: its sandbox is not offered. (File times come from the
+/// kernel's coarse clock, a few milliseconds behind.)
+const CHANGE_MARGIN: Duration = Duration::from_millis(10);
 
 /// Supervisor to worker.
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,10 +86,13 @@ enum FromWorker {
 /// Caller to worker.
 #[derive(Debug, Serialize, Deserialize)]
 enum FromCaller {
-    /// The command (empty: the default shell), with the caller's stdin, stdout and stderr;
-    /// and the caller's options spelled out, which must be the worker's (the socket's name
-    /// is only their digest).
+    /// The command (empty: the default shell), and the caller's options spelled out,
+    /// which must be the worker's (the socket's name is only their digest).
     Claim { argv: Vec<String>, options: String },
+    /// After `Claimed`: run it, with the caller's stdin, stdout and stderr (attached: not
+    /// before, so that a caller that leaves earlier leaves none of them held in a queue).
+    /// Before this, the caller may still leave, and nothing runs.
+    Go,
     /// A signal the caller received, for the run.
     Signal { number: i32 },
 }
@@ -81,10 +100,10 @@ enum FromCaller {
 /// Worker to caller.
 #[derive(Debug, Serialize, Deserialize)]
 enum ToCaller {
-    /// The kit files or the lock changed since the sandbox was prepared: start cold.
-    Stale,
-    /// The command is starting: from here the run is the worker's.
-    Started,
+    /// The sandbox cannot take this run (why): start cold.
+    Stale { why: String },
+    /// The sandbox is the caller's if it says `Go`.
+    Claimed,
     /// The run's exit status.
     Exited { code: u8 },
 }
@@ -133,14 +152,20 @@ fn description(args: &RunArgs) -> Result<String> {
         warm_ctl: _,
         command: _,
     } = args;
+    use std::os::unix::fs::MetadataExt as _;
+    let exe = std::env::current_exe().ok();
+    // The binary itself, not only its path: a rebuild is another program.
+    let built = exe
+        .as_deref()
+        .and_then(|e| std::fs::metadata(e).ok())
+        .map(|m| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec()));
     Ok(format!(
-        "capgate {} {:?}\nkits {kits:?}\nargs {kit_args:?}\nname {name:?}\nworkspace {workspace:?}\n\
+        "capgate {} {exe:?} {built:?}\nkits {kits:?}\nargs {kit_args:?}\nname {name:?}\nworkspace {workspace:?}\n\
          mount {mount} copy_back {copy_back} memory {memory:?} cpus {cpus:?} pids {pids}\n\
          fail_on_violation {fail_on_violation} approve {approve}\nlock {:?}\nupstream_ca {:?}\n\
          resolve {dangerously_resolve:?} skip_limits {dangerously_skip_limits}\nskills {skills:?}\n\
          identity {git_identity:?}\nHOME {:?} SSH_AUTH_SOCK {:?} XDG_CONFIG_HOME {:?}",
         env!("CARGO_PKG_VERSION"),
-        std::env::current_exe().ok(),
         lock.as_deref().map(canonical),
         upstream_ca.as_deref().map(canonical),
         env("HOME"),
@@ -172,9 +197,10 @@ fn socket_path(described: &str) -> Result<PathBuf> {
 enum Remote {
     /// The worker ran the command: its status.
     Exited(u8),
-    /// Nothing ran (the sandbox was stale, or the supervisor went away before a worker
-    /// took the call); a signal that came meanwhile, if one did.
-    NotStarted(Option<Signal>, &'static str),
+    /// Nothing ran: the caller starts cold, after saying why if there is something to say.
+    Cold { why: Option<String> },
+    /// Nothing ran, and a signal came while the caller waited: it ends as interrupted.
+    Interrupted { signal: i32 },
     /// The worker took the command and vanished without a status.
     Lost,
 }
@@ -200,10 +226,9 @@ pub fn claim(args: &RunArgs) -> Option<u8> {
         .ok()?;
     let remote = match SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC) {
         Ok(signalfd) => remote(&stream, (&args.command, described), &signalfd),
-        Err(_) => Remote::NotStarted(None, ""),
+        Err(_) => Remote::Cold { why: None },
     };
-    // A signal that came before the run was taken is delivered now (with its default
-    // action: the caller ends as interrupted programs do).
+    // Signals read from the signalfd are taken; the mask is as it was before.
     let restored = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
     match remote {
         Remote::Exited(code) => Some(code),
@@ -211,12 +236,13 @@ pub fn claim(args: &RunArgs) -> Option<u8> {
             say!("capgate: the prepared sandbox ended without reporting the command's status");
             Some(exit::CANNOT_START)
         }
-        Remote::NotStarted(Some(signal), _) => {
-            Some(128u8.saturating_add(u8::try_from(signal as i32).unwrap_or(0)))
+        // Nothing ran; the caller ends as interrupted programs do.
+        Remote::Interrupted { signal } => {
+            Some(128u8.saturating_add(u8::try_from(signal).unwrap_or(0)))
         }
-        Remote::NotStarted(None, why) => {
-            if !why.is_empty() {
-                say!("capgate: {why}; starting a new sandbox");
+        Remote::Cold { why } => {
+            if let Some(why) = why {
+                say!("capgate: {}; starting a new sandbox", printable(&why));
             }
             if restored.is_err() {
                 // Signals would stay blocked for the cold run's own handling.
@@ -239,25 +265,32 @@ fn remote(
         argv: argv.to_vec(),
         options,
     };
-    if send_frame(stream.as_fd(), &claim, &stdio).is_err() {
-        return Remote::NotStarted(None, "");
+    if send_frame(stream.as_fd(), &claim, &[]).is_err() {
+        return Remote::Cold { why: None };
     }
-    let mut started = false;
-    let mut pending: Option<Signal> = None;
+    let deadline = Instant::now() + ANSWER_PATIENCE;
+    // Whether `Go` was sent: from then on the run is the worker's.
+    let mut committed = false;
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !committed && left.is_zero() {
+            // Leaving before `Go`: the worker sees the connection close and runs nothing.
+            return Remote::Cold {
+                why: Some(format!(
+                    "no prepared sandbox answered within {} s",
+                    ANSWER_PATIENCE.as_secs()
+                )),
+            };
+        }
+        let timeout = rustix::event::Timespec::try_from(left).ok();
         let mut fds = [
             PollFd::new(stream, PollFlags::IN),
             PollFd::new(signalfd, PollFlags::IN),
         ];
-        match poll(&mut fds, None) {
+        match poll(&mut fds, if committed { None } else { timeout.as_ref() }) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => {
-                return if started {
-                    Remote::Lost
-                } else {
-                    Remote::NotStarted(pending, "")
-                };
-            }
+            Err(_) if committed => return Remote::Lost,
+            Err(_) => return Remote::Cold { why: None },
         }
         let (from_worker, signalled) = (
             !fds[0].revents().is_empty(),
@@ -265,32 +298,27 @@ fn remote(
         );
         if signalled && let Ok(Some(info)) = signalfd.read_signal() {
             let number = i32::try_from(info.ssi_signo).unwrap_or(0);
-            if started {
-                let _ = send_frame(stream.as_fd(), &FromCaller::Signal { number }, &[]);
-            } else {
-                pending = pending.or(Signal::try_from(number).ok());
+            if !committed {
+                return Remote::Interrupted { signal: number };
             }
+            let _ = send_frame(stream.as_fd(), &FromCaller::Signal { number }, &[]);
         }
         if !from_worker {
             continue;
         }
         match recv_frame::<ToCaller>(stream.as_fd()) {
-            Ok(Some((ToCaller::Started, _))) => {
-                started = true;
-                if let Some(signal) = pending.take() {
-                    let number = signal as i32;
-                    let _ = send_frame(stream.as_fd(), &FromCaller::Signal { number }, &[]);
+            Ok(Some((ToCaller::Claimed, _))) if !committed => {
+                if send_frame(stream.as_fd(), &FromCaller::Go, &stdio).is_err() {
+                    return Remote::Cold { why: None };
                 }
+                committed = true;
             }
-            Ok(Some((ToCaller::Exited { code }, _))) => return Remote::Exited(code),
-            Ok(Some((ToCaller::Stale, _))) => {
-                return Remote::NotStarted(
-                    pending,
-                    "the prepared sandboxes were made from kit files, a lock or a workspace directory that changed since",
-                );
+            Ok(Some((ToCaller::Exited { code }, _))) if committed => return Remote::Exited(code),
+            Ok(Some((ToCaller::Stale { why }, _))) if !committed => {
+                return Remote::Cold { why: Some(why) };
             }
-            Ok(None) | Err(_) if started => return Remote::Lost,
-            Ok(None) | Err(_) => return Remote::NotStarted(pending, ""),
+            _ if committed => return Remote::Lost,
+            _ => return Remote::Cold { why: None },
         }
     }
 }
@@ -299,14 +327,16 @@ fn remote(
 // The worker: a `capgate run --warm-ctl 3` that stops before the command.
 
 /// The inputs a prepared sandbox was made from: the kit files (descriptors, context
-/// bodies), the lock, and which descriptor each kit directory names.
+/// bodies) and the lock, as named (a link re-pointed is a change); the kit directories
+/// (which descriptor each names) and the workspace (the same directory, not one put in its
+/// place). Not offered at all (`unfit`) when the preparation may have read another version
+/// than the one recorded.
 #[derive(Debug, Default)]
 struct Inputs {
     files: Vec<PathBuf>,
-    /// Kit directories, and the workspace (whose copy shows the directory that was there
-    /// when the sandbox was prepared: one replaced since must not be shown).
     dirs: Vec<PathBuf>,
     digest: Vec<u8>,
+    unfit: Option<String>,
 }
 
 impl Inputs {
@@ -314,7 +344,8 @@ impl Inputs {
         use std::os::unix::fs::MetadataExt as _;
         let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
         for file in files {
-            ctx.update(file.as_os_str().as_encoded_bytes());
+            let resolved = std::fs::canonicalize(file).ok();
+            ctx.update(format!("\0{file:?} is {resolved:?}").as_bytes());
             match std::fs::read(file) {
                 Ok(bytes) => {
                     ctx.update(&(bytes.len() as u64).to_le_bytes());
@@ -324,15 +355,24 @@ impl Inputs {
             }
         }
         for dir in dirs {
+            let resolved = std::fs::canonicalize(dir).ok();
             let named = crate::kitref::descriptor_path(dir).ok();
             let identity = std::fs::metadata(dir).map(|m| (m.dev(), m.ino())).ok();
-            ctx.update(format!("\0{dir:?} {identity:?} names {named:?}").as_bytes());
+            ctx.update(
+                format!("\0{dir:?} is {resolved:?} {identity:?} names {named:?}").as_bytes(),
+            );
         }
         ctx.finish().as_ref().to_vec()
     }
 
-    fn unchanged(&self) -> bool {
-        Self::digest(&self.files, &self.dirs) == self.digest
+    /// Why the sandbox cannot take a run now, if it cannot.
+    fn changed(&self) -> Option<String> {
+        if let Some(why) = &self.unfit {
+            return Some(why.clone());
+        }
+        (Self::digest(&self.files, &self.dirs) != self.digest).then(|| {
+            "the prepared sandboxes were made from kit files, a lock or a workspace directory that changed since".to_owned()
+        })
     }
 }
 
@@ -342,8 +382,11 @@ pub struct Worker {
     ctl: OwnedFd,
     /// What the preparation printed (stdout and stderr), replayed to the caller.
     log: std::fs::File,
-    /// The supervisor's stderr, for a worker that ends before any caller came.
+    /// The supervisor's stderr: for a worker that ends before any caller came, and for
+    /// what a worker says after its caller has its status.
     own_stderr: OwnedFd,
+    /// When this worker started: inputs changed after it are not trusted.
+    started: std::time::SystemTime,
     inputs: Inputs,
     /// This run's options spelled out, for the caller's to match.
     options: String,
@@ -365,11 +408,13 @@ impl Worker {
         }
         let ctl = capgate_sandbox::take_inherited_fd(fd)
             .context("--warm-ctl: no control socket from `capgate warm`")?;
-        let options = description(args)?;
-        // The supervisor blocks these while it waits on them; a run handles them itself.
+        let started = std::time::SystemTime::now();
+        // The supervisor blocks these to read them from a signalfd, and a blocked mask
+        // survives fork and exec: a run handles them itself.
         SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP])
             .thread_unblock()
             .context("cannot unblock signals")?;
+        let options = description(args)?;
         let log = rustix::fs::memfd_create("capgate-warm-log", rustix::fs::MemfdFlags::CLOEXEC)
             .context("cannot make the preparation's log")?;
         let own_stderr = std::io::stderr()
@@ -382,6 +427,7 @@ impl Worker {
             ctl,
             log: std::fs::File::from(log),
             own_stderr,
+            started,
             inputs: Inputs::default(),
             options,
             caller: None,
@@ -392,23 +438,32 @@ impl Worker {
     }
 
     /// Records the files the composition was read from and the directories it shows, to
-    /// check them when a caller claims the sandbox.
-    pub fn watch_inputs(&mut self, files: Vec<PathBuf>, dirs: Vec<PathBuf>) {
+    /// check them when a caller claims the sandbox; `lost`: kits whose descriptor cannot
+    /// be found any more.
+    pub fn watch_inputs(&mut self, files: Vec<PathBuf>, dirs: Vec<PathBuf>, lost: &[String]) {
         let digest = Inputs::digest(&files, &dirs);
+        let since = self
+            .started
+            .checked_sub(CHANGE_MARGIN)
+            .unwrap_or(self.started);
+        let unfit = unfit(&files, lost, since);
         self.inputs = Inputs {
             files,
             dirs,
             digest,
+            unfit,
         };
     }
 
     /// Tells the supervisor this sandbox is ready and waits for a caller: its command, with
     /// the caller's stdio installed as this process's own. `None`: no caller will come (the
-    /// supervisor stopped, the inputs changed, a signal came).
+    /// supervisor stopped, a signal came), or the one that came could not take it (other
+    /// options, changed inputs, the sandbox ended, no `Go`).
     pub fn claim(
         &mut self,
         sandbox: &str,
         signalled: impl Fn() -> bool,
+        mut alive: impl FnMut() -> bool,
     ) -> Result<Option<Vec<String>>> {
         let ready = FromWorker::Ready {
             sandbox: sandbox.to_owned(),
@@ -442,33 +497,44 @@ impl Worker {
         // its preparation printed is the caller's (or nobody's), not the supervisor's.
         self.handed = true;
         caller.set_read_timeout(Some(CLAIM_PATIENCE))?;
-        let (argv, stdio) = match recv_frame::<FromCaller>(caller.as_fd()) {
-            Ok(Some((FromCaller::Claim { argv, options }, stdio)))
-                if stdio.len() == 3 && options == self.options =>
-            {
-                (argv, stdio)
+        let argv = match recv_frame::<FromCaller>(caller.as_fd()) {
+            Ok(Some((FromCaller::Claim { argv, options }, _))) if options == self.options => argv,
+            // Other options (a digest that matched by chance), or nothing usable.
+            Ok(Some((FromCaller::Claim { .. }, _))) => {
+                let why = "the prepared sandboxes are for other options".to_owned();
+                let _ = send_frame(caller.as_fd(), &ToCaller::Stale { why }, &[]);
+                return Ok(None);
             }
-            // A caller that said nothing usable: this sandbox was handed over and is not
-            // offered again (the supervisor has started another).
+            _ => return Ok(None),
+        };
+        let unfit = if alive() {
+            self.inputs.changed()
+        } else {
+            Some("the prepared sandbox had ended".to_owned())
+        };
+        if let Some(why) = unfit {
+            let _ = send_frame(caller.as_fd(), &ToCaller::Stale { why }, &[]);
+            return Ok(None);
+        }
+        // Nothing runs unless the caller, told the sandbox is its, commits.
+        if send_frame(caller.as_fd(), &ToCaller::Claimed, &[]).is_err() {
+            return Ok(None);
+        }
+        let stdio = match recv_frame::<FromCaller>(caller.as_fd()) {
+            Ok(Some((FromCaller::Go, stdio))) if stdio.len() == 3 => stdio,
             _ => return Ok(None),
         };
         caller.set_read_timeout(None)?;
-        if !self.inputs.unchanged() {
-            let _ = send_frame(caller.as_fd(), &ToCaller::Stale, &[]);
-            return Ok(None);
-        }
-        // What the preparation printed, as a cold run would have shown it; then the
-        // caller's stdio is this process's.
+        // What the preparation printed, as a cold run would have shown it (on stderr, its
+        // hooks' stdout too); then the caller's stdio is this process's.
         let mut printed = Vec::new();
         self.log.rewind()?;
         self.log.read_to_end(&mut printed)?;
-        let _ = rustix::io::write(&stdio[2], &printed);
+        let _ = std::fs::File::from(stdio[2].try_clone()?).write_all(&printed);
         rustix::stdio::dup2_stdin(&stdio[0]).context("cannot take the caller's stdin")?;
         rustix::stdio::dup2_stdout(&stdio[1]).context("cannot take the caller's stdout")?;
         rustix::stdio::dup2_stderr(&stdio[2]).context("cannot take the caller's stderr")?;
         drop(stdio);
-        send_frame(caller.as_fd(), &ToCaller::Started, &[])
-            .context("the caller went away before its command started")?;
         // The caller's signals come as frames; its end of the connection closing before
         // the status was sent means it died: a hang-up, as a closed terminal is.
         let listen = caller.try_clone()?;
@@ -477,50 +543,92 @@ impl Worker {
         self.hung_up = Some(hung_up);
         std::thread::Builder::new()
             .name("capgate-warm-caller".to_owned())
-            .spawn(move || {
-                let me = rustix::process::getpid();
-                loop {
-                    let signal = match recv_frame::<FromCaller>(listen.as_fd()) {
-                        Ok(Some((FromCaller::Signal { number }, _))) => {
-                            match rustix::process::Signal::from_named_raw(number) {
-                                Some(
-                                    s @ (rustix::process::Signal::INT
-                                    | rustix::process::Signal::TERM
-                                    | rustix::process::Signal::HUP),
-                                ) => s,
-                                _ => continue,
-                            }
-                        }
-                        Ok(Some(_)) => continue,
-                        Ok(None) | Err(_) => {
-                            if finished.load(Ordering::SeqCst) {
-                                let _ = hang_up.send(());
-                                return;
-                            }
-                            rustix::process::Signal::HUP
-                        }
-                    };
-                    let _ = rustix::process::kill_process(me, signal);
-                    if signal == rustix::process::Signal::HUP {
-                        return;
-                    }
-                }
-            })?;
+            .spawn(move || follow_caller(&listen, &finished, &hang_up))?;
         self.caller = Some(caller);
         Ok(Some(argv))
     }
 
-    /// Sends the run's exit status to the caller, if one claimed this sandbox.
+    /// Sends the run's exit status to the caller, if one claimed this sandbox; what this
+    /// process says afterwards (its state's removal) goes to the supervisor's stderr.
     pub fn finish(&mut self, code: u8) {
         self.finished.store(true, Ordering::SeqCst);
         if let Some(caller) = self.caller.take() {
             let _ = send_frame(caller.as_fd(), &ToCaller::Exited { code }, &[]);
+            drop(caller);
+            let _ = rustix::stdio::dup2_stdout(&self.own_stderr);
+            let _ = rustix::stdio::dup2_stderr(&self.own_stderr);
+            if let Ok(null) = std::fs::File::open("/dev/null") {
+                let _ = rustix::stdio::dup2_stdin(&null);
+            }
             // The caller exits before this sandbox's removal (and the supervisor's next
             // preparation, which waits for this process to end) takes the CPU from it.
-            drop(caller);
             if let Some(hung_up) = self.hung_up.take() {
                 let _ = hung_up.recv_timeout(CALLER_EXIT_PATIENCE);
             }
+        }
+    }
+}
+
+/// Why a sandbox prepared from `files` must not be offered: a kit whose descriptor is
+/// `lost`, or a file changed since `since` (the preparation may have read either version).
+fn unfit(files: &[PathBuf], lost: &[String], since: std::time::SystemTime) -> Option<String> {
+    if let Some(kit) = lost.first() {
+        return Some(format!(
+            "the kit `{kit}` cannot be found where the prepared sandboxes read it"
+        ));
+    }
+    // The name (a link re-pointed) and what it names (a file rewritten). Directories
+    // change as files come and go in them (the lock written beside a kit): what they name
+    // is in the digest, and a descriptor put in place has a recent time itself.
+    let recent = files.iter().find(|p| {
+        [std::fs::symlink_metadata(p), std::fs::metadata(p)]
+            .into_iter()
+            .any(|m| {
+                m.and_then(|m| ctime(&m))
+                    .is_ok_and(|changed| changed >= since)
+            })
+    })?;
+    Some(format!(
+        "`{}` changed while the prepared sandboxes were being made",
+        recent.display()
+    ))
+}
+
+/// The change time of a file (the kernel sets it on every change; nobody can set it back).
+fn ctime(m: &std::fs::Metadata) -> std::io::Result<std::time::SystemTime> {
+    use std::os::unix::fs::MetadataExt as _;
+    let secs = u64::try_from(m.ctime()).map_err(std::io::Error::other)?;
+    let nanos = u32::try_from(m.ctime_nsec()).map_err(std::io::Error::other)?;
+    Ok(std::time::UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+/// The claimed run's side of the caller's connection: its signals, raised here; its end
+/// before the status, a hang-up.
+fn follow_caller(
+    caller: &UnixStream,
+    finished: &AtomicBool,
+    hang_up: &std::sync::mpsc::Sender<()>,
+) {
+    use rustix::process::Signal as S;
+    let me = rustix::process::getpid();
+    loop {
+        let signal = match recv_frame::<FromCaller>(caller.as_fd()) {
+            Ok(Some((FromCaller::Signal { number }, _))) => match S::from_named_raw(number) {
+                Some(s @ (S::INT | S::TERM | S::HUP)) => s,
+                _ => continue,
+            },
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => {
+                if finished.load(Ordering::SeqCst) {
+                    let _ = hang_up.send(());
+                    return;
+                }
+                S::HUP
+            }
+        };
+        let _ = rustix::process::kill_process(me, signal);
+        if signal == S::HUP {
+            return;
         }
     }
 }
@@ -534,8 +642,11 @@ impl Drop for Worker {
             // No caller came: what the preparation printed goes to the supervisor (a
             // lock refusal, a kit error).
             let mut printed = Vec::new();
-            if self.log.rewind().is_ok() && self.log.read_to_end(&mut printed).is_ok() {
-                let _ = rustix::io::write(&self.own_stderr, &printed);
+            if self.log.rewind().is_ok()
+                && self.log.read_to_end(&mut printed).is_ok()
+                && let Ok(err) = self.own_stderr.try_clone()
+            {
+                let _ = std::fs::File::from(err).write_all(&printed);
             }
         }
     }
@@ -552,17 +663,18 @@ struct Pending {
     ready: Option<String>,
 }
 
-/// The arguments of a worker: the supervisor's own, as `run`, without `--ready`.
+/// The arguments of a worker: the supervisor's own (`capgate warm …`, no option comes
+/// before the subcommand), as `run`, without `--ready`.
 fn worker_args(argv: &[std::ffi::OsString]) -> Result<Vec<std::ffi::OsString>> {
-    let at = argv
-        .iter()
-        .position(|a| a == "warm")
-        .context("cannot find `warm` in the command line")?;
-    let mut out: Vec<std::ffi::OsString> = argv[1..at].to_vec();
-    out.push("run".into());
-    out.push("--warm-ctl".into());
-    out.push(WORKER_CTL_FD.to_string().into());
-    let mut rest = argv[at + 1..].iter();
+    if argv.get(1).is_none_or(|a| a != "warm") {
+        bail!("`capgate warm` must be called as `capgate warm [OPTIONS]`");
+    }
+    let mut out: Vec<std::ffi::OsString> = vec![
+        "run".into(),
+        "--warm-ctl".into(),
+        WORKER_CTL_FD.to_string().into(),
+    ];
+    let mut rest = argv[2..].iter();
     while let Some(a) = rest.next() {
         if a == "--" {
             out.push(a.clone());
@@ -614,6 +726,8 @@ pub fn warm(args: &WarmArgs) -> Result<u8> {
         Some("--name (a named sandbox keeps state between its runs)")
     } else if run.copy_back {
         Some("--copy-back")
+    } else if run.mount {
+        Some("--mount (hooks would run in the host directory for runs nobody asked for yet)")
     } else if !run.command.is_empty() {
         Some("a command (the runs that take a prepared sandbox bring their own)")
     } else if run.warm_ctl.is_some() {
@@ -625,6 +739,22 @@ pub fn warm(args: &WarmArgs) -> Result<u8> {
         say!("capgate warm: {what} cannot be prepared ahead");
         return Ok(exit::INVALID);
     }
+    // The lock gate first, as `capgate lock` (on a terminal it asks about a widening): a
+    // refused composition prepares nothing, and the kit and lock files are in place before
+    // the preparations read them (a file that changes while one reads it spoils it).
+    let kits = if run.kits.is_empty() {
+        vec![super::default_kit()?]
+    } else {
+        run.kits.clone()
+    };
+    let gate = crate::lock::Args::of_run(kits, run.args.clone(), run.lock.clone(), run.approve);
+    let code = crate::lock::run(&gate)?;
+    if code != exit::OK {
+        return Ok(code);
+    }
+    // A lock (or built-in kit) just written is older than the preparations by more than
+    // the margin they allow for the clock of file times.
+    std::thread::sleep(CHANGE_MARGIN * 2);
     let path = socket_path(&description(run)?)?;
     let dir = path.parent().context("the socket has no directory")?;
     crate::state::private_dir(dir)?;
@@ -634,7 +764,15 @@ pub fn warm(args: &WarmArgs) -> Result<u8> {
             path.display()
         );
     }
-    if UnixStream::connect(&path).is_ok() {
+    // One supervisor per set of options: the socket is its while it holds this lock.
+    let lock_path = path.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open `{}`", lock_path.display()))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         say!(
             "capgate warm: another `capgate warm` already keeps sandboxes of these options ready ({})",
             path.display()
@@ -653,12 +791,14 @@ pub fn warm(args: &WarmArgs) -> Result<u8> {
     let worker_argv = worker_args(&std::env::args_os().collect::<Vec<_>>())?;
     let outcome = supervise(
         args.ready as usize,
-        &listener,
+        listener,
         &signalfd,
         || spawn_worker(&exe, &worker_argv),
         &path,
     );
+    // Removed while the lock is held: never another supervisor's socket.
     let _ = std::fs::remove_file(&path);
+    drop(lock);
     outcome
 }
 
@@ -674,9 +814,32 @@ struct Busy {
 /// How long a run holds its place in the pool before its replacement is prepared anyway.
 const REPLACE_AFTER: Duration = Duration::from_secs(1);
 
+/// Ends the unhanded workers (SIGTERM: each stops its sandbox and removes its state as an
+/// interrupted run does) and waits for them; a second signal stops the waiting.
+fn stop_pending(pending: Vec<Pending>, signalfd: &SignalFd) {
+    let mut children: Vec<Child> = pending.into_iter().map(|p| p.child).collect();
+    for child in &children {
+        if let Some(pid) = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+    for child in &mut children {
+        while let Ok(None) = child.try_wait() {
+            if let Ok(Some(_)) = signalfd.read_signal() {
+                say!("capgate warm: not waiting for the prepared sandboxes to be removed");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 fn supervise(
     ready: usize,
-    listener: &UnixListener,
+    listener: UnixListener,
     signalfd: &SignalFd,
     spawn: impl Fn() -> Result<Pending>,
     path: &Path,
@@ -687,16 +850,10 @@ fn supervise(
     let mut callers: std::collections::VecDeque<UnixStream> = Default::default();
     let mut announced = false;
     let me = rustix::process::getuid();
-    // Unhanded workers see their control socket close and end as a run does; a run in
-    // progress goes on.
-    let stop = |pending: Vec<Pending>| {
-        let mut children: Vec<Child> = pending.into_iter().map(|p| p.child).collect();
-        for child in &mut children {
-            let _ = child.wait();
-        }
-    };
+    // The signalfd is non-blocking from here, so that `stop_pending` can poll it.
+    let _ = rustix::fs::fcntl_setfl(signalfd, rustix::fs::OFlags::NONBLOCK);
     loop {
-        // A run whose command ended, or that has gone on for a while, gives its place back.
+        // A run whose worker ended, or that has gone on for a while, gives its place back.
         let (settled, running): (Vec<Busy>, Vec<Busy>) = busy
             .into_iter()
             .partition(|b| b.ctl.is_none() || b.since.elapsed() >= REPLACE_AFTER);
@@ -707,7 +864,7 @@ fn supervise(
             match spawn() {
                 Ok(p) => pending.push(p),
                 Err(e) => {
-                    stop(pending);
+                    stop_pending(pending, signalfd);
                     return Err(e);
                 }
             }
@@ -717,7 +874,7 @@ fn supervise(
             tv_nsec: 250_000_000,
         };
         let mut fds: Vec<PollFd<'_>> = vec![
-            PollFd::new(listener, PollFlags::IN),
+            PollFd::new(&listener, PollFlags::IN),
             PollFd::new(signalfd, PollFlags::IN),
         ];
         fds.extend(pending.iter().map(|p| PollFd::new(&p.ctl, PollFlags::IN)));
@@ -735,16 +892,32 @@ fn supervise(
         if events[1] {
             let _ = signalfd.read_signal();
             say!("capgate warm: stopping; the prepared sandboxes are removed");
+            // New runs start cold from now; the waiting ones are let go (nothing of theirs
+            // ran), and start cold too.
             let _ = std::fs::remove_file(path);
-            stop(pending);
+            drop(listener);
+            callers.clear();
+            stop_pending(pending, signalfd);
             return Ok(exit::OK);
         }
         if events[0] {
-            while let Ok((caller, _)) = listener.accept() {
-                // Only this user's runs (the directory is private already).
-                match rustix::net::sockopt::socket_peercred(&caller) {
-                    Ok(cred) if cred.uid == me => callers.push_back(caller),
-                    _ => {}
+            loop {
+                match listener.accept() {
+                    // Only this user's runs (the directory is private already), and not
+                    // more than can be served soon: the others start cold at once.
+                    Ok((caller, _)) => match rustix::net::sockopt::socket_peercred(&caller) {
+                        Ok(cred) if cred.uid == me && callers.len() < MAX_WAITING => {
+                            callers.push_back(caller);
+                        }
+                        _ => {}
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // Out of descriptors, say: wait rather than spin on the listener.
+                        say!("capgate warm: cannot accept a run: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
                 }
             }
         }
@@ -758,7 +931,7 @@ fn supervise(
                 b.ctl = None;
             }
         }
-        let mut failed = None;
+        let mut ended = Vec::new();
         for (i, p) in pending.iter_mut().enumerate() {
             if !events[2 + i] {
                 continue;
@@ -768,18 +941,25 @@ fn supervise(
                     say!("capgate warm: the sandbox {sandbox} is ready");
                     p.ready = Some(sandbox);
                 }
-                _ => failed = Some(i),
+                _ => ended.push(i),
             }
         }
-        if let Some(i) = failed {
+        for i in ended.into_iter().rev() {
             let mut p = pending.remove(i);
             let status = p.child.wait().ok().and_then(|s| s.code());
+            let exited = status.map_or_else(|| "on a signal".to_owned(), |c| c.to_string());
+            if let Some(sandbox) = &p.ready {
+                // A prepared sandbox that ended (its worker was killed): another is made.
+                say!(
+                    "capgate warm: the prepared sandbox {sandbox} ended (exit {exited}); preparing another"
+                );
+                continue;
+            }
             say!(
-                "capgate warm: a sandbox could not be prepared (its run exited {}); stopping",
-                status.map_or_else(|| "on a signal".to_owned(), |c| c.to_string())
+                "capgate warm: a sandbox could not be prepared (its run exited {exited}); stopping"
             );
             let _ = std::fs::remove_file(path);
-            stop(pending);
+            stop_pending(pending, signalfd);
             return Ok(status
                 .and_then(|c| u8::try_from(c).ok())
                 .filter(|&c| c != 0)
@@ -833,7 +1013,7 @@ mod tests {
             "--ready",
             "3",
             "--kit",
-            "k",
+            "warm",
             "--ready=4",
             "--arg",
             "a=b",
@@ -847,32 +1027,63 @@ mod tests {
                 "--warm-ctl",
                 "3",
                 "--kit",
-                "k",
+                "warm",
                 "--arg",
                 "a=b",
                 "--",
                 "--ready"
             ])
         );
+        // Only as `capgate warm …`.
+        assert!(worker_args(&os(&["warm"])).is_err());
+        assert!(worker_args(&os(&["capgate", "run", "warm"])).is_err());
+    }
+
+    /// A file that changed after the worker started (while it read the kits) makes its
+    /// sandbox unfit: the preparation may have read the other version.
+    #[test]
+    fn inputs_changed_during_the_preparation_are_unfit() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kit.yaml");
+        std::fs::write(&file, "a").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let started = std::time::SystemTime::now();
+        assert_eq!(unfit(std::slice::from_ref(&file), &[], started), None);
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&file, "b").unwrap();
+        assert!(unfit(std::slice::from_ref(&file), &[], started).is_some());
+        // A kit whose descriptor is gone is never offered.
+        let lost = ["kit".to_owned()];
+        assert!(unfit(&[], &lost, started).is_some());
     }
 
     #[test]
     fn changed_inputs_are_seen() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kit.yaml");
-        std::fs::write(&file, "a").unwrap();
+        let (v1, v2, file) = (
+            dir.path().join("v1.yaml"),
+            dir.path().join("v2.yaml"),
+            dir.path().join("kit.yaml"),
+        );
+        std::fs::write(&v1, "a").unwrap();
+        std::fs::write(&v2, "a").unwrap();
+        std::os::unix::fs::symlink(&v1, &file).unwrap();
         let mut inputs = Inputs {
             files: vec![file.clone()],
-            dirs: vec![],
-            digest: vec![],
+            ..Inputs::default()
         };
         inputs.digest = Inputs::digest(&inputs.files, &inputs.dirs);
-        assert!(inputs.unchanged());
-        std::fs::write(&file, "b").unwrap();
-        assert!(!inputs.unchanged());
-        std::fs::write(&file, "a").unwrap();
-        assert!(inputs.unchanged());
+        assert_eq!(inputs.changed(), None);
+        // Rewritten, and back.
+        std::fs::write(&v1, "b").unwrap();
+        assert!(inputs.changed().is_some());
+        std::fs::write(&v1, "a").unwrap();
+        assert_eq!(inputs.changed(), None);
+        // The link pointed at another file with the same bytes.
         std::fs::remove_file(&file).unwrap();
-        assert!(!inputs.unchanged());
+        std::os::unix::fs::symlink(&v2, &file).unwrap();
+        assert!(inputs.changed().is_some());
+        std::fs::remove_file(&file).unwrap();
+        assert!(inputs.changed().is_some());
     }
 }
