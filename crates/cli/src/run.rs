@@ -1075,12 +1075,26 @@ fn run_provisioned(
             interrupt,
         );
     }
-    // From here the helper's pid is reaped: no signal may use it any more.
-    interrupt.disarm();
-    // With what was refused until the sandbox stopped: a process the workload left behind
-    // may exec after it.
-    let (_, refused, dropped) = sandbox.stop_taking_exec_refusals();
-    record_exec_refusals((refused, dropped), audit.as_deref(), name, Phase::Runtime);
+    // A prepared sandbox's caller waits for its status: every process inside is killed
+    // first (nothing can be refused after that), and the namespaces' teardown, which takes
+    // a while, comes after the status is sent. A cold run stops the sandbox here.
+    let emptied = worker.is_some() && sandbox.empty().unwrap_or(false);
+    let mut running = Some(sandbox);
+    if !emptied && let Some(sandbox) = running.take() {
+        // From here the helper's pid is reaped: no signal may use it any more.
+        interrupt.disarm();
+        // With what was refused until the sandbox stopped: a process the workload left
+        // behind may exec after it.
+        let (_, refused, dropped) = sandbox.stop_taking_exec_refusals();
+        record_exec_refusals((refused, dropped), audit.as_deref(), name, Phase::Runtime);
+    } else if let Some(sandbox) = running.as_mut() {
+        record_exec_refusals(
+            sandbox.take_exec_refusals(),
+            audit.as_deref(),
+            name,
+            Phase::Runtime,
+        );
+    }
     // The gateway's connections end with the sandbox: their last records are let in first.
     runtime.block_on(gw.settled(GATEWAY_PATIENCE));
     runtime.shutdown_background();
@@ -1164,10 +1178,16 @@ fn run_provisioned(
         }
         code = exit::VIOLATION;
     }
-    // The caller of a prepared sandbox has its status now, before the gateway and the
-    // audit writer are taken down (the state's removal follows in `run_here`).
+    // The caller of a prepared sandbox has its status now, before the sandbox's teardown,
+    // the gateway and the audit writer are taken down (the state's removal follows in
+    // `run_here`).
     if let Some(w) = worker {
         w.finish(interrupt.signalled().unwrap_or(code));
+    }
+    if let Some(sandbox) = running {
+        interrupt.disarm();
+        // Emptied: nothing inside could exec since.
+        let _ = sandbox.stop_taking_exec_refusals();
     }
     Ok(code)
 }

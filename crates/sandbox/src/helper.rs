@@ -790,6 +790,19 @@ fn serve(
                     }
                     sys::exit_immediately(0)
                 }
+                // Empty: as Stop, but the init stays (the namespaces' teardown, which takes
+                // a while, comes with a later Stop): the refused execs waiting are
+                // reported, every other process is killed and reaped.
+                Ok(Some((Request::Empty, _))) => {
+                    if let Some(w) = &init.exec_watch {
+                        answer_pending_execs(ctl.as_fd(), w);
+                    }
+                    let complete = crate::linux::kill_every_process().is_ok() && reap_all();
+                    running = None;
+                    if proto::send(ctl.as_fd(), &Reply::Emptied { complete }, &[]).is_err() {
+                        sys::exit_immediately(0);
+                    }
+                }
                 // End of stream (the caller is gone) or garbage: pid 1 exits and the
                 // kernel kills every process of the namespace.
                 _ => sys::exit_immediately(0),
@@ -797,6 +810,28 @@ fn serve(
         }
     }
 }
+
+/// Reaps every child of the init until it has none (every process of a pid namespace
+/// descends from its init: none left means the namespace holds the init alone); `false`
+/// when some are still there after [`REAP_PATIENCE`].
+fn reap_all() -> bool {
+    let deadline = std::time::Instant::now() + REAP_PATIENCE;
+    loop {
+        match nix::sys::wait::waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::ECHILD) => return true,
+            Ok(WaitStatus::StillAlive) | Err(_) => {
+                if std::time::Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// How long `Empty` waits for the killed processes to be gone.
+const REAP_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Answers one exec notification and sends the caller a refusal it found. `false` when the
 /// caller is gone.

@@ -561,6 +561,29 @@ impl Sandbox {
         }
     }
 
+    /// Kills every process inside but the init and waits until they are gone, keeping
+    /// the exec refusals reported meanwhile: what the sandbox ran is over, and its
+    /// teardown ([`Sandbox::stop`], which takes longer) can come after. `false` when some
+    /// process could not be killed or did not end; the sandbox is then as before (stop it).
+    pub fn empty(&mut self) -> Result<bool, SandboxError> {
+        let name = self.name.clone();
+        let gone = |_| SandboxError::Gone { name: name.clone() };
+        let ctl = self.ctl()?;
+        proto::send(ctl, &Request::Empty, &[]).map_err(gone)?;
+        loop {
+            let ctl = self.ctl()?;
+            match proto::recv::<Reply>(ctl).map_err(gone)? {
+                Some((Reply::ExecRefused(refusal), _)) => self.exec_refusals.keep(refusal),
+                Some((Reply::Emptied { complete }, _)) => return Ok(complete),
+                // A command's late replies (its terminal, its status) no longer matter.
+                Some(_) => {}
+                // The init ended (its processes end with it, but not necessarily yet):
+                // a stop waits for that.
+                None => return Ok(false),
+            }
+        }
+    }
+
     /// Stops the sandbox like [`Sandbox::stop`] and returns the exec refusals not taken
     /// yet, those reported while it stopped included.
     pub fn stop_taking_exec_refusals(

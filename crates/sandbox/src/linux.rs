@@ -317,6 +317,44 @@ pub(crate) fn open_terminal(
     Ok((master, terminal))
 }
 
+/// SIGKILL to every process of the init's pid namespace but the init: with the agent's
+/// effective uid (the init, real uid 0 but without `CAP_KILL`, may then signal processes
+/// whose real or saved uid is the agent's or 0, which are all there are: nothing inside
+/// can take another uid), then 0 again. Not async-signal-safe; the init is single-threaded.
+pub(crate) fn kill_every_process() -> io::Result<()> {
+    let raise = || caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).map_err(caps_err);
+    let agent = Uid::from_raw(crate::spec::AGENT_ID);
+    let result = raise()
+        .and_then(|()| {
+            nix::unistd::setresuid(Uid::from_raw(u32::MAX), agent, Uid::from_raw(u32::MAX))
+                .map_err(io::Error::from)
+        })
+        .and_then(|()| {
+            match nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(-1),
+                nix::sys::signal::Signal::SIGKILL,
+            ) {
+                // Nobody to signal: nothing is left.
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+                Err(e) => Err(io::Error::from(e)),
+            }
+        });
+    // Back to 0 (the real and saved uid, so no capability is needed), and the capability
+    // the kernel copies back into the effective set with it dropped again.
+    let back = nix::unistd::setresuid(
+        Uid::from_raw(u32::MAX),
+        Uid::from_raw(0),
+        Uid::from_raw(u32::MAX),
+    )
+    .map_err(io::Error::from)
+    .and_then(|()| caps::clear(None, CapSet::Effective).map_err(caps_err));
+    if back.is_err() {
+        // The init must not go on as another user or with capabilities raised.
+        crate::sys::exit_immediately(1);
+    }
+    result
+}
+
 /// Runs `f` with the filesystem uid and gid `id` (the init is single-threaded, and these
 /// are per thread), then takes 0 back; `CAP_SETUID` and `CAP_SETGID` are effective only
 /// meanwhile.

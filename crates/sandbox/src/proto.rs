@@ -19,7 +19,7 @@ use crate::report::{ExecRefusal, StartReport};
 use crate::spec::{ListenerKind, SandboxSpec, User};
 
 /// Version of this protocol; the helper refuses a caller of another version.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// Largest frame accepted.
 const MAX_FRAME: usize = 64 << 20;
@@ -38,6 +38,10 @@ pub(crate) enum Request {
     Run(WireCommand),
     /// Kill everything and exit.
     Stop,
+    /// Kill every process but the init, and wait until they are gone; the sandbox stays
+    /// (for its teardown with `Stop`, later). Answered with `Emptied`, after the refused
+    /// execs still pending.
+    Empty,
 }
 
 /// A command without its descriptors.
@@ -85,6 +89,9 @@ pub(crate) enum Reply {
     /// The command's terminal: the pty's controlling side is attached. Sent once the
     /// command has exec'd, before its `Exited`.
     Terminal,
+    /// The answer to `Empty`: no process but the init is left (`false`: some could not be
+    /// killed or did not end in time).
+    Emptied { complete: bool },
 }
 
 /// Caller → init on the dialer channel: make a socket inside the network namespace.

@@ -224,3 +224,37 @@ fn a_prepared_helper_refuses_an_invalid_spec_before_sending_it() {
     );
     assert!(!s.spec.state_dir.exists());
 }
+
+/// `empty()` kills every process inside, the agent's and root's (a root hook's), and waits
+/// until they are gone, while the sandbox itself (its init, namespaces, cgroup) stays and
+/// still runs commands; `stop()` then tears it down.
+#[test]
+fn empty_kills_every_process_inside_and_keeps_the_sandbox() {
+    let s = setup("life-empty", WorkspaceMode::Copy);
+    let mut b = start(&s.spec);
+    let agents = start_sleeper(&mut b);
+    let roots = unique_sleep();
+    let out = run_as(
+        &mut b.sandbox,
+        capgate_sandbox::User::Root,
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("/bin/sleep {roots} >/dev/null 2>&1 & echo started"),
+        ],
+    );
+    assert_eq!(out.stdout, "started\n", "{out:?}");
+    assert!(eventually(5, || !host_processes_with(&roots).is_empty()));
+    assert!(b.sandbox.empty().unwrap(), "some process was left");
+    // Gone when it answers, not eventually.
+    assert_eq!(host_processes_with(&agents), Vec::<i32>::new());
+    assert_eq!(host_processes_with(&roots), Vec::<i32>::new());
+    // The twin: the sandbox itself lives on.
+    let out = sh(&mut b.sandbox, "echo still here");
+    assert_eq!(out.stdout, "still here\n", "{out:?}");
+    let cgroups = b.sandbox.report().cgroups.clone();
+    b.sandbox.stop().unwrap();
+    for dir in cgroups {
+        assert!(!dir.exists(), "{} survived stop()", dir.display());
+    }
+}
