@@ -592,9 +592,21 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
             Some(w) => w.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
         };
+        let descriptors = provisioned
+            .plan
+            .layered_units()
+            .filter_map(|u| {
+                let kit = provisioned.base.join(&u.reference);
+                let path = crate::kitref::descriptor_path(&kit).ok()?;
+                Some((path, u.digest.clone()))
+            })
+            .collect();
         w.watch_inputs(
-            read.files,
-            read.dirs.into_iter().chain([workspace]).collect(),
+            descriptors,
+            (
+                read.files,
+                read.dirs.into_iter().chain([workspace]).collect(),
+            ),
             &read.lost,
         );
     }

@@ -207,7 +207,7 @@ fn a_run_takes_a_prepared_sandbox_with_its_stdio_and_status() {
             "--",
             "sh",
             "-c",
-            "cat; cat notes.txt; echo to-stderr >&2; echo $TERM; exit 7",
+            "cat; cat notes.txt; echo to-stderr >&2; echo $TERM; sleep 41.5 & exit 7",
         ],
         Some("from stdin\n"),
     );
@@ -215,6 +215,9 @@ fn a_run_takes_a_prepared_sandbox_with_its_stdio_and_status() {
     assert_eq!(o.status.code(), Some(7), "{stderr}");
     assert_eq!(stdout, "from stdin\nworkspace file\ndumb\n");
     assert!(stderr.contains("to-stderr"), "{stderr}");
+    assert!(!stderr.contains("starting a new sandbox"), "{stderr}");
+    // What the command left behind is gone by the time the caller has its status.
+    assert_eq!(running("41.5"), 0);
     assert_eq!(warm.handed(), 1, "{:?}", warm.said());
     // Its replacement serves the next run (each sandbox serves one).
     warm.wait_for("is ready");
@@ -482,7 +485,21 @@ fn a_run_waiting_for_a_prepared_sandbox_can_leave_and_is_never_stuck() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once it waits (its signals blocked, to be passed on or to end the wait).
+    let blocked = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("SigBlk:"))?.to_owned();
+                u64::from_str_radix(line.trim_start_matches("SigBlk:").trim(), 16).ok()
+            })
+            .is_some_and(|mask| mask & 0b10 != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !blocked(caller.id()) {
+        assert!(Instant::now() < deadline, "the run never waited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(caller.id(), rustix::process::Signal::INT);
     let o = caller.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{:?}", text(&o));
@@ -494,4 +511,18 @@ fn a_run_waiting_for_a_prepared_sandbox_can_leave_and_is_never_stuck() {
     assert!(stderr.contains("no prepared sandbox answered"), "{stderr}");
     signal(warm.child.id(), rustix::process::Signal::CONT);
     assert_eq!(warm.stop(), Some(0));
+    // The two runs that left no longer hold a sandbox: none was handed to them, or the
+    // worker handed one ended it (it saw no `Go`).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(env.path("home/sandboxes"))
+        .unwrap()
+        .count()
+        > 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a prepared sandbox was left behind"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

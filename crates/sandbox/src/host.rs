@@ -372,10 +372,25 @@ impl Sandbox {
 
     /// Whether the sandbox still runs: its helper, which ends when the init does (and so
     /// the whole sandbox), has not exited.
-    pub fn is_alive(&mut self) -> bool {
-        self.helper
-            .as_mut()
-            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    pub fn is_alive(&self) -> bool {
+        // Asked without reaping it: its pid stays the helper's for a `Stopper`.
+        let Some(pid) = self
+            .helper
+            .as_ref()
+            .and_then(|c| i32::try_from(c.id()).ok())
+        else {
+            return false;
+        };
+        let flags = nix::sys::wait::WaitPidFlag::WEXITED
+            | nix::sys::wait::WaitPidFlag::WNOHANG
+            | nix::sys::wait::WaitPidFlag::WNOWAIT;
+        matches!(
+            nix::sys::wait::waitid(
+                nix::sys::wait::Id::Pid(nix::unistd::Pid::from_raw(pid)),
+                flags
+            ),
+            Ok(nix::sys::wait::WaitStatus::StillAlive)
+        )
     }
 
     /// The sandbox's name.
@@ -564,7 +579,8 @@ impl Sandbox {
     /// Kills every process inside but the init and waits until they are gone, keeping
     /// the exec refusals reported meanwhile: what the sandbox ran is over, and its
     /// teardown ([`Sandbox::stop`], which takes longer) can come after. `false` when some
-    /// process could not be killed or did not end; the sandbox is then as before (stop it).
+    /// process could not be killed or did not end in time: stop the sandbox before relying
+    /// on it being empty.
     pub fn empty(&mut self) -> Result<bool, SandboxError> {
         let name = self.name.clone();
         let gone = |_| SandboxError::Gone { name: name.clone() };

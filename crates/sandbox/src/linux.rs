@@ -317,42 +317,39 @@ pub(crate) fn open_terminal(
     Ok((master, terminal))
 }
 
-/// SIGKILL to every process of the init's pid namespace but the init: with the agent's
-/// effective uid (the init, real uid 0 but without `CAP_KILL`, may then signal processes
-/// whose real or saved uid is the agent's or 0, which are all there are: nothing inside
-/// can take another uid), then 0 again. Not async-signal-safe; the init is single-threaded.
+/// SIGKILL to every process of the init's pid namespace but the init. The init has no
+/// `CAP_KILL`, and its own credentials never change (a change of its effective uid would
+/// reset its dumpable flag and parent-death signal, and for a moment let the agent's
+/// processes act on it): a child of it takes the agent's effective uid and signals
+/// (`kill(-1)` spares the caller and the namespace's init). With its real uid 0 it may
+/// signal root's processes, with the effective one the agent's: all there are, as nothing
+/// inside can take another uid. The init is single-threaded, so the child may do anything.
 pub(crate) fn kill_every_process() -> io::Result<()> {
-    let raise = || caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).map_err(caps_err);
-    let agent = Uid::from_raw(crate::spec::AGENT_ID);
-    let result = raise()
-        .and_then(|()| {
-            nix::unistd::setresuid(Uid::from_raw(u32::MAX), agent, Uid::from_raw(u32::MAX))
-                .map_err(io::Error::from)
-        })
-        .and_then(|()| {
-            match nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(-1),
-                nix::sys::signal::Signal::SIGKILL,
-            ) {
-                // Nobody to signal: nothing is left.
-                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-                Err(e) => Err(io::Error::from(e)),
+    match crate::sys::fork_single_threaded()? {
+        crate::sys::Forked::Child => {
+            let agent = Uid::from_raw(crate::spec::AGENT_ID);
+            let unchanged = Uid::from_raw(u32::MAX);
+            let killed = caps::raise(None, CapSet::Effective, Capability::CAP_SETUID).is_ok()
+                && nix::unistd::setresuid(unchanged, agent, unchanged).is_ok()
+                && matches!(
+                    nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(-1),
+                        nix::sys::signal::Signal::SIGKILL
+                    ),
+                    // Nobody to signal: nothing is left.
+                    Ok(()) | Err(nix::errno::Errno::ESRCH)
+                );
+            crate::sys::exit_immediately(if killed { 0 } else { 1 })
+        }
+        crate::sys::Forked::Parent(pid) => loop {
+            match nix::sys::wait::waitpid(pid, None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => return Ok(()),
+                Ok(status) => return Err(other(format!("the killer ended as {status:?}"))),
+                Err(e) => return Err(io::Error::from(e)),
             }
-        });
-    // Back to 0 (the real and saved uid, so no capability is needed), and the capability
-    // the kernel copies back into the effective set with it dropped again.
-    let back = nix::unistd::setresuid(
-        Uid::from_raw(u32::MAX),
-        Uid::from_raw(0),
-        Uid::from_raw(u32::MAX),
-    )
-    .map_err(io::Error::from)
-    .and_then(|()| caps::clear(None, CapSet::Effective).map_err(caps_err));
-    if back.is_err() {
-        // The init must not go on as another user or with capabilities raised.
-        crate::sys::exit_immediately(1);
+        },
     }
-    result
 }
 
 /// Runs `f` with the filesystem uid and gid `id` (the init is single-threaded, and these

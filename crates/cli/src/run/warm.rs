@@ -66,8 +66,8 @@ const MAX_WAITING: usize = 64;
 
 /// A file changed this close to a worker's start (or after it) may have been read by its
 /// preparation in either version: its sandbox is not offered. (File times come from the
-/// kernel's coarse clock, a few milliseconds behind.)
-const CHANGE_MARGIN: Duration = Duration::from_millis(10);
+/// kernel's coarse clock, up to a tick behind; a network file system's, from its server.)
+const CHANGE_MARGIN: Duration = Duration::from_millis(100);
 
 /// Supervisor to worker.
 #[derive(Debug, Serialize, Deserialize)]
@@ -104,6 +104,8 @@ enum ToCaller {
     Stale { why: String },
     /// The sandbox is the caller's if it says `Go`.
     Claimed,
+    /// `Go` was taken: the command starts (before this, nothing ran).
+    Started,
     /// The run's exit status.
     Exited { code: u8 },
 }
@@ -217,8 +219,9 @@ pub fn claim(args: &RunArgs) -> Option<u8> {
     }
     let described = description(args).ok()?;
     let path = socket_path(&described).ok()?;
-    // No supervisor (no socket, or a dead one's): the common case, said nothing about.
-    let stream = UnixStream::connect(&path).ok()?;
+    // No supervisor (no socket, or a dead one's), or one whose queue is full: the common
+    // case, said nothing about.
+    let stream = connect(&path)?;
     // Signals wait while the run is elsewhere, and are passed on to it.
     let signals = SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let mut before = SigSet::empty();
@@ -254,6 +257,21 @@ pub fn claim(args: &RunArgs) -> Option<u8> {
     }
 }
 
+/// Connects without waiting: a full listen queue (a stopped supervisor) is no supervisor.
+fn connect(path: &Path) -> Option<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .ok()?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(path).ok()?).ok()?;
+    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::empty()).ok()?;
+    Some(UnixStream::from(fd))
+}
+
 fn remote(
     stream: &UnixStream,
     (argv, options): (&[String], String),
@@ -269,8 +287,9 @@ fn remote(
         return Remote::Cold { why: None };
     }
     let deadline = Instant::now() + ANSWER_PATIENCE;
-    // Whether `Go` was sent: from then on the run is the worker's.
-    let mut committed = false;
+    // Whether `Go` was sent (the caller is committed), and whether the worker took it (from
+    // then on the run is the worker's; before, an end of the connection means nothing ran).
+    let (mut committed, mut started) = (false, false);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if !committed && left.is_zero() {
@@ -289,7 +308,7 @@ fn remote(
         ];
         match poll(&mut fds, if committed { None } else { timeout.as_ref() }) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) if committed => return Remote::Lost,
+            Err(_) if started => return Remote::Lost,
             Err(_) => return Remote::Cold { why: None },
         }
         let (from_worker, signalled) = (
@@ -313,11 +332,12 @@ fn remote(
                 }
                 committed = true;
             }
-            Ok(Some((ToCaller::Exited { code }, _))) if committed => return Remote::Exited(code),
+            Ok(Some((ToCaller::Started, _))) if committed && !started => started = true,
+            Ok(Some((ToCaller::Exited { code }, _))) if started => return Remote::Exited(code),
             Ok(Some((ToCaller::Stale { why }, _))) if !committed => {
                 return Remote::Cold { why: Some(why) };
             }
-            _ if committed => return Remote::Lost,
+            _ if started => return Remote::Lost,
             _ => return Remote::Cold { why: None },
         }
     }
@@ -333,6 +353,9 @@ fn remote(
 /// than the one recorded.
 #[derive(Debug, Default)]
 struct Inputs {
+    /// Each kit's descriptor and the digest of the bytes the composition was made from
+    /// (exact, whenever they changed).
+    descriptors: Vec<(PathBuf, String)>,
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
     digest: Vec<u8>,
@@ -370,7 +393,10 @@ impl Inputs {
         if let Some(why) = &self.unfit {
             return Some(why.clone());
         }
-        (Self::digest(&self.files, &self.dirs) != self.digest).then(|| {
+        let descriptors_changed = self.descriptors.iter().any(|(path, digest)| {
+            std::fs::read(path).map_or(true, |bytes| capgate_resolve::digest_of(&bytes) != *digest)
+        });
+        (descriptors_changed || Self::digest(&self.files, &self.dirs) != self.digest).then(|| {
             "the prepared sandboxes were made from kit files, a lock or a workspace directory that changed since".to_owned()
         })
     }
@@ -437,10 +463,16 @@ impl Worker {
         })
     }
 
-    /// Records the files the composition was read from and the directories it shows, to
-    /// check them when a caller claims the sandbox; `lost`: kits whose descriptor cannot
-    /// be found any more.
-    pub fn watch_inputs(&mut self, files: Vec<PathBuf>, dirs: Vec<PathBuf>, lost: &[String]) {
+    /// Records what the composition was made from, to check it when a caller claims the
+    /// sandbox: each kit's descriptor with the digest of the bytes it was made from, the
+    /// other files read (the lock, context bodies), the directories it shows; `lost`: kits
+    /// whose descriptor cannot be found any more.
+    pub fn watch_inputs(
+        &mut self,
+        descriptors: Vec<(PathBuf, String)>,
+        (files, dirs): (Vec<PathBuf>, Vec<PathBuf>),
+        lost: &[String],
+    ) {
         let digest = Inputs::digest(&files, &dirs);
         let since = self
             .started
@@ -448,6 +480,7 @@ impl Worker {
             .unwrap_or(self.started);
         let unfit = unfit(&files, lost, since);
         self.inputs = Inputs {
+            descriptors,
             files,
             dirs,
             digest,
@@ -525,6 +558,8 @@ impl Worker {
             _ => return Ok(None),
         };
         caller.set_read_timeout(None)?;
+        send_frame(caller.as_fd(), &ToCaller::Started, &[])
+            .context("the caller went away before its command started")?;
         // What the preparation printed, as a cold run would have shown it (on stderr, its
         // hooks' stdout too); then the caller's stdio is this process's.
         let mut printed = Vec::new();
@@ -569,8 +604,9 @@ impl Worker {
     }
 }
 
-/// Why a sandbox prepared from `files` must not be offered: a kit whose descriptor is
-/// `lost`, or a file changed since `since` (the preparation may have read either version).
+/// Why a sandbox prepared from `files` (the lock, context bodies: what has no digest of
+/// the bytes read) must not be offered: a kit whose descriptor is `lost`, or a file changed
+/// since `since` (the preparation may have read either version).
 fn unfit(files: &[PathBuf], lost: &[String], since: std::time::SystemTime) -> Option<String> {
     if let Some(kit) = lost.first() {
         return Some(format!(
@@ -579,7 +615,7 @@ fn unfit(files: &[PathBuf], lost: &[String], since: std::time::SystemTime) -> Op
     }
     // The name (a link re-pointed) and what it names (a file rewritten). Directories
     // change as files come and go in them (the lock written beside a kit): what they name
-    // is in the digest, and a descriptor put in place has a recent time itself.
+    // is in the digest, and the descriptors are held to the bytes they were made from.
     let recent = files.iter().find(|p| {
         [std::fs::symlink_metadata(p), std::fs::metadata(p)]
             .into_iter()
@@ -971,6 +1007,15 @@ fn supervise(
                 "capgate warm: {ready} sandboxes ready; `capgate run` with the same options (not from a terminal) takes one (Ctrl-C stops)"
             );
         }
+        // Callers that left while waiting (they started cold) would waste a sandbox.
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        callers.retain(|c| {
+            let mut fds = [PollFd::new(c, PollFlags::RDHUP)];
+            !matches!(poll(&mut fds, Some(&now)), Ok(1))
+        });
         // Callers go to ready workers, oldest first.
         while !callers.is_empty() {
             let Some(i) = pending.iter().position(|p| p.ready.is_some()) else {
