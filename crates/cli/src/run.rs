@@ -424,6 +424,15 @@ impl Environments {
     }
 }
 
+/// Disarms the run's signal handling when dropped (see `run_provisioned`).
+struct Disarm<'a>(&'a crate::interrupt::Interrupt);
+
+impl Drop for Disarm<'_> {
+    fn drop(&mut self) {
+        self.0.disarm();
+    }
+}
+
 /// The `TERM` of commands inside: a terminal's where the caller's stdout is one.
 fn term() -> &'static str {
     if std::io::stdout().is_terminal() {
@@ -1092,6 +1101,9 @@ fn run_provisioned(
     // a while, comes after the status is sent. A cold run stops the sandbox here.
     let emptied = worker.is_some() && sandbox.empty().unwrap_or(false);
     let mut running = Some(sandbox);
+    // Whatever way this function leaves, no signal may use the helper's pid once it is
+    // reaped: declared after `running`, this is dropped (and disarms) before it.
+    let _disarm = Disarm(interrupt);
     if !emptied && let Some(sandbox) = running.take() {
         // From here the helper's pid is reaped: no signal may use it any more.
         interrupt.disarm();
