@@ -137,11 +137,11 @@ log "starting capgate warm --ready $WARM_READY"
 CAPGATE_HOME="$WARM_HOME" "$CAPGATE" warm --ready "$WARM_READY" 2>"$WORK/warm.log" &
 WARM_PID=$!
 for _ in $(seq 600); do
-    grep -q 'sandboxes ready' "$WORK/warm.log" && break
+    grep -q ' ready; ' "$WORK/warm.log" && break
     kill -0 "$WARM_PID" 2>/dev/null || die "capgate warm ended: $(cat "$WORK/warm.log")"
     sleep 0.1
 done
-grep -q 'sandboxes ready' "$WORK/warm.log" || die "capgate warm was not ready in 60 s"
+grep -q ' ready; ' "$WORK/warm.log" || die "capgate warm was not ready in 60 s"
 
 cpu_gate() {     # wait (at most GATE_MAX s) until the machine was < 8 % busy over 1 s; prints %
     local i a b busy=100

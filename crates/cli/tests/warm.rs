@@ -84,7 +84,7 @@ impl Env {
             seen: Vec::new(),
             looked: 0,
         };
-        warm.wait_for("sandboxes ready");
+        warm.wait_for(" ready; ");
         warm
     }
 

@@ -114,7 +114,8 @@ enum ToCaller {
 #[derive(Debug, clap::Args)]
 pub struct WarmArgs {
     /// How many prepared sandboxes to keep ready (1–16). Each is a whole sandbox: a
-    /// helper, an init and a gateway, about 25 MiB.
+    /// helper, an init and a gateway, about 25 MiB resident (4 MiB of it its own, the
+    /// rest the binary they share).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     ready: u32,
     #[command(flatten)]
@@ -1003,8 +1004,9 @@ fn supervise(
         }
         if !announced && pending.len() == ready && pending.iter().all(|p| p.ready.is_some()) {
             announced = true;
+            let sandboxes = if ready == 1 { "sandbox" } else { "sandboxes" };
             say!(
-                "capgate warm: {ready} sandboxes ready; `capgate run` with the same options (not from a terminal) takes one (Ctrl-C stops)"
+                "capgate warm: {ready} {sandboxes} ready; `capgate run` with the same options (not from a terminal) takes one (Ctrl-C stops)"
             );
         }
         // Callers that left while waiting (they started cold) would waste a sandbox.
