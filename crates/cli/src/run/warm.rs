@@ -10,16 +10,17 @@
 //!
 //! A later `capgate run` with the same options (the same kits, args, lock, workspace and
 //! flags, the same binary, the same `HOME` and SSH agent) computes the same key, finds the
-//! supervisor's socket `DATA/warm/KEY.sock`, and sends its command with its stdin, stdout
-//! and stderr. The supervisor hands the connection to a ready worker. The worker checks
-//! that the options are its own, that its sandbox still runs, and that the kit files, the
-//! lock and the workspace are what it was prepared from (else it answers `Stale` and the run
-//! starts cold, where the lock gate judges the new kits), and answers `Claimed`. The caller
-//! commits with `Go` (until then nothing of the command has run, and the caller may still
-//! give up: a signal, or no answer within [`ANSWER_PATIENCE`]); the worker replays what its
-//! preparation printed, takes the caller's stdio as its own, runs the command as any run
-//! does, prints the refusal summary, and sends the exit status. Only then does the caller
-//! exit; the worker removes its state afterwards.
+//! supervisor's socket `DATA/warm/KEY.sock`, and sends its command (`Claim`). The
+//! supervisor hands the connection to a ready worker. The worker checks that the options
+//! are its own, that its sandbox still runs, and that the kit files, the lock and the
+//! workspace are what it was prepared from (else it answers `Stale` and the run starts
+//! cold, where the lock gate judges the new kits), and answers `Claimed`. The caller
+//! commits with `Go`, which carries its stdin, stdout and stderr (until then nothing of the
+//! command has run, and the caller may still give up: a signal, or no answer within
+//! [`ANSWER_PATIENCE`]); the worker confirms with `Started`, replays what its preparation
+//! printed, takes the caller's stdio as its own, runs the command as any run does, kills
+//! what it left inside, prints the refusal summary, and sends the exit status. Only then
+//! does the caller exit; the worker tears the sandbox down and removes its state after.
 //!
 //! The caller forwards SIGINT, SIGTERM and SIGHUP to the worker, which handles them as a
 //! cold run does; a caller that dies ends the run as a hang-up. A run that is not eligible
