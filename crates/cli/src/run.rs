@@ -136,6 +136,17 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
+impl RunArgs {
+    /// The host directory the workspace shows, as given (`--workspace`, else the current
+    /// directory).
+    fn workspace_dir(&self) -> Result<PathBuf> {
+        match &self.workspace {
+            Some(w) => Ok(w.clone()),
+            None => std::env::current_dir().context("cannot read the current directory"),
+        }
+    }
+}
+
 /// A size as kits write them (`512m`, `1.5g`, `2GiB`, `4096`; units are powers of 1024).
 fn parse_size(s: &str) -> Result<u64, String> {
     capgate_spec::caps::storage::size_in_bytes(s.trim())
@@ -597,21 +608,9 @@ fn run_here(args: &RunArgs, mut worker: Option<&mut warm::Worker>) -> Result<u8>
     };
     if let Some(w) = worker.as_deref_mut() {
         let read = kit_paths(&provisioned);
-        let workspace = match &args.workspace {
-            Some(w) => w.clone(),
-            None => std::env::current_dir().context("cannot read the current directory")?,
-        };
-        let descriptors = provisioned
-            .plan
-            .layered_units()
-            .filter_map(|u| {
-                let kit = provisioned.base.join(&u.reference);
-                let path = crate::kitref::descriptor_path(&kit).ok()?;
-                Some((path, u.digest.clone()))
-            })
-            .collect();
+        let workspace = args.workspace_dir()?;
         w.watch_inputs(
-            descriptors,
+            read.descriptors,
             (
                 read.files,
                 read.dirs.into_iter().chain([workspace]).collect(),
@@ -674,10 +673,7 @@ fn run_provisioned(
         warn_if_flagged(store, w, &crate::sandbox::kit_location(base, &w.reference))?;
     }
     let dir = SandboxDir::of(name)?;
-    let workspace = match &args.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
+    let workspace = args.workspace_dir()?;
     // Said like every other workspace problem, before anything starts.
     let workspace = match std::fs::canonicalize(&workspace) {
         Ok(w) if w.is_dir() => w,
@@ -1100,25 +1096,21 @@ fn run_provisioned(
     // first (nothing can be refused after that), and the namespaces' teardown, which takes
     // a while, comes after the status is sent. A cold run stops the sandbox here.
     let emptied = worker.is_some() && sandbox.empty().unwrap_or(false);
-    let mut running = Some(sandbox);
-    // Whatever way this function leaves, no signal may use the helper's pid once it is
-    // reaped: declared after `running`, this is dropped (and disarms) before it.
-    let _disarm = Disarm(interrupt);
-    if !emptied && let Some(sandbox) = running.take() {
+    let (running, refusals) = if emptied {
+        let refusals = sandbox.take_exec_refusals();
+        (Some(sandbox), refusals)
+    } else {
         // From here the helper's pid is reaped: no signal may use it any more.
         interrupt.disarm();
         // With what was refused until the sandbox stopped: a process the workload left
         // behind may exec after it.
         let (_, refused, dropped) = sandbox.stop_taking_exec_refusals();
-        record_exec_refusals((refused, dropped), audit.as_deref(), name, Phase::Runtime);
-    } else if let Some(sandbox) = running.as_mut() {
-        record_exec_refusals(
-            sandbox.take_exec_refusals(),
-            audit.as_deref(),
-            name,
-            Phase::Runtime,
-        );
-    }
+        (None, (refused, dropped))
+    };
+    record_exec_refusals(refusals, audit.as_deref(), name, Phase::Runtime);
+    // Whatever way this function leaves, no signal may use the helper's pid once it is
+    // reaped: declared after `running`, this is dropped (and disarms) before it.
+    let _disarm = Disarm(interrupt);
     // The gateway's connections end with the sandbox: their last records are let in first.
     runtime.block_on(gw.settled(GATEWAY_PATIENCE));
     runtime.shutdown_background();
@@ -1224,16 +1216,24 @@ fn run_provisioned(
 fn kit_files(provisioned: &Provisioned) -> crate::copyback::KitFiles {
     let read = kit_paths(provisioned);
     let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    let descriptors = read.descriptors.into_iter().map(|(path, _)| path);
     crate::copyback::KitFiles {
-        files: read.files.into_iter().map(canonical).collect(),
+        files: read
+            .files
+            .into_iter()
+            .chain(descriptors)
+            .map(canonical)
+            .collect(),
         dirs: read.dirs.into_iter().map(canonical).collect(),
     }
 }
 
-/// The host files the composition was read from, as named (not resolved): the lock, each
-/// kit's descriptor and the bodies its agent-context@1 entries read; each kit directory;
-/// and the units whose descriptor cannot be found any more.
+/// The host files the composition was read from, as named (not resolved): each kit's
+/// descriptor, with the digest of the bytes the composition was made from; the lock and
+/// the bodies the kits' agent-context@1 entries read; each kit directory; and the units
+/// whose descriptor cannot be found any more.
 struct KitPaths {
+    descriptors: Vec<(PathBuf, String)>,
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
     lost: Vec<String>,
@@ -1241,6 +1241,7 @@ struct KitPaths {
 
 fn kit_paths(provisioned: &Provisioned) -> KitPaths {
     let mut read = KitPaths {
+        descriptors: Vec::new(),
         files: vec![provisioned.lock.clone()],
         dirs: Vec::new(),
         lost: Vec::new(),
@@ -1262,7 +1263,7 @@ fn kit_paths(provisioned: &Provisioned) -> KitPaths {
                 read.files.push(dir.join(file));
             }
         }
-        read.files.push(descriptor);
+        read.descriptors.push((descriptor, unit.digest.clone()));
     }
     read
 }

@@ -127,10 +127,7 @@ pub struct WarmArgs {
 /// options in the same place, by the same binary.
 fn description(args: &RunArgs) -> Result<String> {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let workspace = match &args.workspace {
-        Some(w) => canonical(w),
-        None => canonical(&std::env::current_dir().context("cannot read the current directory")?),
-    };
+    let workspace = canonical(&args.workspace_dir()?);
     let kits: Vec<PathBuf> = args.kits.iter().map(|k| canonical(k)).collect();
     let env = |name: &str| std::env::var_os(name);
     // Everything `run` reads from its options and environment before the command, spelled
@@ -178,13 +175,17 @@ fn description(args: &RunArgs) -> Result<String> {
     ))
 }
 
+/// The signals that end a run (Ctrl-C, a service manager, a closed terminal): a caller
+/// passes them on to the run it handed over, the supervisor stops on them.
+fn relayed_signals() -> SigSet {
+    SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP])
+}
+
 /// The name of the supervisor's socket for a run's options (`description`).
 fn key(described: &str) -> String {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, described.as_bytes());
-    digest.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = capgate_resolve::digest_of(described.as_bytes());
+    let hex = digest.trim_start_matches("sha256:");
+    hex[..32.min(hex.len())].to_owned()
 }
 
 /// The supervisor's socket for a run's options (`description`).
@@ -225,7 +226,7 @@ pub fn claim(args: &RunArgs) -> Option<u8> {
     // case, said nothing about.
     let stream = connect(&path)?;
     // Signals wait while the run is elsewhere, and are passed on to it.
-    let signals = SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    let signals = relayed_signals();
     let mut before = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), Some(&mut before))
         .ok()?;
@@ -360,34 +361,36 @@ struct Inputs {
     descriptors: Vec<(PathBuf, String)>,
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
-    digest: Vec<u8>,
+    digest: String,
     unfit: Option<String>,
 }
 
 impl Inputs {
-    fn digest(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<u8> {
+    fn digest(files: &[PathBuf], dirs: &[PathBuf]) -> String {
         use std::os::unix::fs::MetadataExt as _;
-        let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        let mut seen = Vec::new();
         for file in files {
             let resolved = std::fs::canonicalize(file).ok();
-            ctx.update(format!("\0{file:?} is {resolved:?}").as_bytes());
+            seen.extend_from_slice(format!("\0{file:?} is {resolved:?}").as_bytes());
             match std::fs::read(file) {
                 Ok(bytes) => {
-                    ctx.update(&(bytes.len() as u64).to_le_bytes());
-                    ctx.update(&bytes);
+                    seen.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+                    seen.extend_from_slice(&bytes);
                 }
-                Err(e) => ctx.update(format!("\0unreadable: {:?}", e.kind()).as_bytes()),
+                Err(e) => {
+                    seen.extend_from_slice(format!("\0unreadable: {:?}", e.kind()).as_bytes())
+                }
             }
         }
         for dir in dirs {
             let resolved = std::fs::canonicalize(dir).ok();
             let named = crate::kitref::descriptor_path(dir).ok();
             let identity = std::fs::metadata(dir).map(|m| (m.dev(), m.ino())).ok();
-            ctx.update(
+            seen.extend_from_slice(
                 format!("\0{dir:?} is {resolved:?} {identity:?} names {named:?}").as_bytes(),
             );
         }
-        ctx.finish().as_ref().to_vec()
+        capgate_resolve::digest_of(&seen)
     }
 
     /// Why the sandbox cannot take a run now, if it cannot.
@@ -439,7 +442,7 @@ impl Worker {
         let started = std::time::SystemTime::now();
         // The supervisor blocks these to read them from a signalfd, and a blocked mask
         // survives fork and exec: a run handles them itself.
-        SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP])
+        relayed_signals()
             .thread_unblock()
             .context("cannot unblock signals")?;
         let options = description(args)?;
@@ -564,10 +567,7 @@ impl Worker {
             .context("the caller went away before its command started")?;
         // What the preparation printed, as a cold run would have shown it (on stderr, its
         // hooks' stdout too); then the caller's stdio is this process's.
-        let mut printed = Vec::new();
-        self.log.rewind()?;
-        self.log.read_to_end(&mut printed)?;
-        let _ = std::fs::File::from(stdio[2].try_clone()?).write_all(&printed);
+        self.replay_log(stdio[2].as_fd());
         rustix::stdio::dup2_stdin(&stdio[0]).context("cannot take the caller's stdin")?;
         rustix::stdio::dup2_stdout(&stdio[1]).context("cannot take the caller's stdout")?;
         rustix::stdio::dup2_stderr(&stdio[2]).context("cannot take the caller's stderr")?;
@@ -583,6 +583,18 @@ impl Worker {
             .spawn(move || follow_caller(&listen, &finished, &hang_up))?;
         self.caller = Some(caller);
         Ok(Some(argv))
+    }
+
+    /// Writes what the preparation printed to `to` (best effort: lost output is no reason
+    /// to stop a run).
+    fn replay_log(&mut self, to: std::os::fd::BorrowedFd<'_>) {
+        let mut printed = Vec::new();
+        if self.log.rewind().is_ok()
+            && self.log.read_to_end(&mut printed).is_ok()
+            && let Ok(to) = to.try_clone_to_owned()
+        {
+            let _ = std::fs::File::from(to).write_all(&printed);
+        }
     }
 
     /// Sends the run's exit status to the caller, if one claimed this sandbox; what this
@@ -679,12 +691,8 @@ impl Drop for Worker {
         } else if !self.handed {
             // No caller came: what the preparation printed goes to the supervisor (a
             // lock refusal, a kit error).
-            let mut printed = Vec::new();
-            if self.log.rewind().is_ok()
-                && self.log.read_to_end(&mut printed).is_ok()
-                && let Ok(err) = self.own_stderr.try_clone()
-            {
-                let _ = std::fs::File::from(err).write_all(&printed);
+            if let Ok(stderr) = self.own_stderr.try_clone() {
+                self.replay_log(stderr.as_fd());
             }
         }
     }
@@ -821,7 +829,7 @@ pub fn warm(args: &WarmArgs) -> Result<u8> {
     let listener = UnixListener::bind(&path)
         .with_context(|| format!("cannot listen at `{}`", path.display()))?;
     listener.set_nonblocking(true)?;
-    let signals = SigSet::from_iter([Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    let signals = relayed_signals();
     signals.thread_block().context("cannot block signals")?;
     let signalfd =
         SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC).context("cannot watch signals")?;
